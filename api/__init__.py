@@ -1,0 +1,1 @@
+"""The operator-db REST API (FastAPI), a thin shell over the library."""

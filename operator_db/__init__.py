@@ -1,0 +1,3 @@
+"""operator-db: per-operator time and energy measurement database for PyTorch models."""
+
+__version__ = "0.1.0"

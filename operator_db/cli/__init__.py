@@ -1,0 +1,1 @@
+"""The ``opdb`` command-line interface: thin commands over library calls."""

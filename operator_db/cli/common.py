@@ -1,0 +1,35 @@
+"""What every command shares: consoles, option aliases, opening the store."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from operator_db.config import get_settings
+from operator_db.store import Store
+
+def _console(*, stderr: bool = False) -> Console:
+    probe = Console(stderr=stderr)
+    # Rich assumes 80 columns when not on a terminal; tables piped to a file or CI log would be cut.
+    width = None if probe.is_terminal else 160
+    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=stderr)
+
+
+console = _console()
+err_console = _console(stderr=True)
+
+DatabaseOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Database URL (default: OPDB_DATABASE_URL, else a SQLite file)."),
+]
+
+
+def open_store(db: str | None, *, migrate: bool = True) -> Store:
+    """Open the database named by ``--db`` or the settings, checking its schema revision."""
+    settings = get_settings()
+    if db is None:
+        return Store.from_settings(settings, migrate=migrate)
+    return Store.open(db, migrate=migrate, auto_upgrade_sqlite=settings.auto_upgrade_sqlite,
+                      echo=settings.sql_echo)

@@ -1,0 +1,62 @@
+"""``opdb db``: schema migrations and a look at what the database holds."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from operator_db.cli.common import DatabaseOption, console, open_store
+from operator_db.db import migrate
+from operator_db.store import row_counts
+
+app = typer.Typer(help="Create, migrate and inspect the database.", no_args_is_help=True)
+
+
+@app.command()
+def upgrade(
+    db: DatabaseOption = None,
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+) -> None:
+    """Migrate the database up to the newest schema (or REVISION)."""
+    store = open_store(db, migrate=False)
+    try:
+        migrate.upgrade(store.engine, revision)
+        console.print(f"{store.display_url}: at revision {migrate.current_revision(store.engine)}")
+    finally:
+        store.close()
+
+
+@app.command()
+def downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision; 'base' drops every table.")],
+    db: DatabaseOption = None,
+) -> None:
+    """Migrate the database down to REVISION."""
+    store = open_store(db, migrate=False)
+    try:
+        migrate.downgrade(store.engine, revision)
+        console.print(f"{store.display_url}: at revision {migrate.current_revision(store.engine)}")
+    finally:
+        store.close()
+
+
+@app.command()
+def status(db: DatabaseOption = None) -> None:
+    """Show the schema revision and the number of rows in each table."""
+    store = open_store(db, migrate=False)
+    try:
+        current = migrate.current_revision(store.engine)
+        head = migrate.head_revision()
+        console.print(f"database: {store.display_url}")
+        console.print(f"revision: {current or 'empty'} (code expects {head})")
+        if current == head:
+            with store.transaction() as session:
+                counts = row_counts(session)
+            table = Table("table", "rows")
+            for name, count in counts.items():
+                table.add_row(name, str(count))
+            console.print(table)
+    finally:
+        store.close()

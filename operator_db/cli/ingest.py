@@ -1,0 +1,64 @@
+"""``opdb ingest``: validate spec files and store them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from operator_db.cli.common import DatabaseOption, console, open_store
+from operator_db.config import get_settings
+from operator_db.db.ingest import IngestResult, ingest_specs
+from operator_db.specs import expand_spec_paths, load_spec
+from operator_db.specs.io import mark_processed
+
+
+def summary_table(results: list[IngestResult]) -> Table:
+    """Return a table of what each spec did, with totals."""
+    table = Table("spec", "model", "status", "operators", "new configs", "known configs",
+                  title="ingested")
+    for r in results:
+        table.add_row(Path(r.source).name, r.model, r.status, str(r.operators),
+                      str(r.new_configs), str(r.known_configs))
+    table.add_section()
+    table.add_row(f"{len(results)} specs", f"{len({r.model for r in results})} models", "",
+                  str(sum(r.operators for r in results)), str(sum(r.new_configs for r in results)),
+                  str(sum(r.known_configs for r in results)))
+    return table
+
+
+def ingest(
+    paths: Annotated[list[str], typer.Argument(help="Spec files, directories or globs.")],
+    db: DatabaseOption = None,
+    mark: Annotated[
+        bool, typer.Option("--mark-processed", help="Set 'processed: true' in each file stored.")
+    ] = False,
+) -> None:
+    """Validate every spec whole, then store them all in one transaction.
+
+    Nothing is written unless every file is valid. Re-ingesting a spec changes nothing; a spec whose
+    content changed replaces its model's operator list.
+    """
+    settings = get_settings()
+    files = expand_spec_paths(paths)
+    specs = [load_spec(path, max_bytes=settings.max_spec_bytes) for path in files]
+    store = open_store(db)
+    try:
+        with store.transaction() as session:
+            results = ingest_specs(session, specs)
+    finally:
+        store.close()
+    for r in results:
+        if r.status == "replaced":
+            console.print(f"{r.source}: content changed, replaced the operator list of {r.model}")
+        if r.disagreeing_configs:
+            console.print(
+                f"{r.source}: {r.disagreeing_configs} known configurations have other FLOPs, bytes "
+                "or outputs stored; the stored values were kept"
+            )
+    console.print(summary_table(results))
+    if mark:
+        for loaded in specs:
+            mark_processed(Path(loaded.source))

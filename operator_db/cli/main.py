@@ -1,0 +1,92 @@
+"""The ``opdb`` command: one typer app; errors become one line and exit code 1."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+import typer
+from sqlalchemy.exc import DBAPIError
+
+from operator_db import __version__
+from operator_db.cli import db as db_cli
+from operator_db.cli import models as models_cli
+from operator_db.cli.common import err_console
+from operator_db.cli.demo import demo
+from operator_db.cli.ingest import ingest
+from operator_db.config import get_settings
+from operator_db.db.engine import describe_db_error
+from operator_db.errors import OperatorDBError
+
+app = typer.Typer(
+    name="opdb",
+    help="operator-db: per-operator time and energy of PyTorch models, kept in SQL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(db_cli.app, name="db")
+app.add_typer(models_cli.app, name="models")
+app.command()(ingest)
+app.command()(demo)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"opdb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """operator-db: per-operator time and energy of PyTorch models, kept in SQL."""
+
+
+def _debug() -> bool:
+    if os.environ.get("OPDB_DEBUG", "").lower() in ("1", "true", "yes"):
+        return True
+    try:
+        return get_settings().debug
+    except Exception:  # noqa: BLE001 - broken settings must not hide the original error
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``opdb`` with ``argv`` (default: the process arguments); return the exit code.
+
+    A user error (bad spec, unknown model, unreachable database) prints one line to stderr and
+    returns 1; set ``OPDB_DEBUG=1`` for the traceback.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        app(args=args, prog_name="opdb", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show(file=sys.stderr)
+        return exc.exit_code
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        err_console.print("interrupted")
+        return 130
+    except OperatorDBError as exc:
+        if _debug():
+            raise
+        err_console.print(f"error: {exc}", markup=False)
+        return 1
+    except DBAPIError as exc:
+        if _debug():
+            raise
+        url = os.environ.get("OPDB_DATABASE_URL") or "the database"
+        err_console.print(f"error: {describe_db_error(exc, url)}", markup=False)
+        return 1
+    return 0
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

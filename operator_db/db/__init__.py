@@ -1,0 +1,1 @@
+"""The SQL store: ORM tables, engine and session factories, migrations and queries."""

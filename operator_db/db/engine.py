@@ -1,0 +1,82 @@
+"""Engine and session factories; nothing is connected or created until asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from operator_db.errors import DatabaseError
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another process's lock before failing, in milliseconds."""
+
+
+def safe_url(url: str) -> str:
+    """Return ``url`` with any password masked, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given, it holds no secret
+        return url
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # pysqlite's own transaction handling defers BEGIN and breaks SAVEPOINTs; the documented
+    # recipe turns it off and emits BEGIN ourselves (see the "begin" listener below).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """Create an engine for ``url``; a SQLite file's directory is created if missing.
+
+    Raises:
+        DatabaseError: the URL is malformed or names a driver that is not installed.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises ArgumentError and ValueError
+        raise DatabaseError(f"invalid database URL {url!r}: {exc}") from None
+    kwargs: dict[str, Any] = {"echo": echo, "future": True}
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    else:
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - e.g. NoSuchModuleError, a missing DB driver
+        raise DatabaseError(f"cannot use database {safe_url(url)}: {exc}") from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_on_connect)
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("immediate") else "BEGIN")
+
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Return a session factory bound to ``engine`` (objects stay readable after commit)."""
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def describe_db_error(exc: DBAPIError, url: str) -> DatabaseError:
+    """Translate a driver error into a one-line :class:`DatabaseError` naming the database."""
+    original = getattr(exc, "orig", None) or exc
+    first = str(original).strip().splitlines()[0] if str(original).strip() else type(exc).__name__
+    if isinstance(exc, OperationalError):
+        return DatabaseError(f"database {safe_url(url)} is unavailable: {first}")
+    return DatabaseError(f"database {safe_url(url)} refused the operation: {first}")

@@ -1,0 +1,195 @@
+"""Write validated specs into the store: idempotent, one transaction, shared configurations once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from operator_db.db.models import Model, ModelOperator, OperatorConfig, utcnow
+from operator_db.errors import ConflictError
+from operator_db.specs.io import LoadedSpec
+from operator_db.specs.schema import OperatorSpec
+
+IngestStatus = Literal["new", "unchanged", "replaced"]
+_CHUNK = 500
+_DERIVED = ("outputs", "flops", "flops_backward", "flop_rule", "bytes", "params")
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What ingesting one spec did."""
+
+    source: str
+    model: str
+    status: IngestStatus
+    operators: int
+    new_configs: int
+    known_configs: int
+    disagreeing_configs: int = 0
+    """Known configurations whose stored FLOPs/bytes/outputs differ from the spec's (kept stored)."""
+
+
+def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+def _config_row(key: str, op: OperatorSpec, mode: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "op": op.op,
+        "kind": op.kind,
+        "mode": mode,
+        "args": op.args,
+        "dtype": op.dtype,
+        "inputs": [t.model_dump(mode="json", exclude_none=True) for t in op.inputs],
+        "call": None if op.call is None else op.call.model_dump(mode="json"),
+        "outputs": [t.model_dump(mode="json", exclude_none=True) for t in op.outputs],
+        "flops": op.flops,
+        "flops_backward": op.flops_backward,
+        "flop_rule": op.flop_rule,
+        "bytes": op.bytes,
+        "params": op.params,
+        "created_at": utcnow(),
+    }
+
+
+def config_ids(session: Session, keys: Sequence[str]) -> dict[str, int]:
+    """Return the ids of the stored configurations among ``keys``."""
+    found: dict[str, int] = {}
+    for chunk in _chunks(keys):
+        rows = session.execute(
+            select(OperatorConfig.key, OperatorConfig.id).where(OperatorConfig.key.in_(chunk))
+        )
+        found.update({key: id_ for key, id_ in rows})
+    return found
+
+
+def _insert_ignoring_duplicates(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Insert configurations; one that another writer inserted meanwhile is left as it is."""
+    dialect = session.get_bind().dialect.name
+    table = OperatorConfig.__table__
+    for start in range(0, len(rows), _CHUNK):
+        part = rows[start : start + _CHUNK]
+        if dialect == "postgresql":
+            session.execute(pg_insert(table).on_conflict_do_nothing(index_elements=["key"]), part)
+        elif dialect == "sqlite":
+            session.execute(sqlite_insert(table).on_conflict_do_nothing(index_elements=["key"]), part)
+        else:
+            session.execute(insert(table), part)
+
+
+def _count_disagreements(session: Session, loaded: LoadedSpec, known: dict[str, int]) -> int:
+    if not known:
+        return 0
+    by_key = dict(zip(loaded.keys, loaded.spec.operators, strict=True))
+    mode = loaded.spec.model.mode
+    differing = 0
+    for chunk in _chunks(list(known)):
+        for cfg in session.scalars(select(OperatorConfig).where(OperatorConfig.key.in_(chunk))):
+            wanted = _config_row(cfg.key, by_key[cfg.key], mode)
+            if any(getattr(cfg, name) != wanted[name] for name in _DERIVED):
+                differing += 1
+    return differing
+
+
+def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
+    """Store one validated spec; flushes, never commits (the caller owns the transaction).
+
+    Re-ingesting identical content writes nothing. Changed content for a model that exists
+    replaces its operator list; configurations are shared by key and never duplicated.
+    """
+    spec = loaded.spec
+    model = session.scalars(select(Model).where(Model.name == spec.model.name)).one_or_none()
+    keys = list(loaded.keys)
+    if model is not None and model.spec_hash == loaded.content_hash:
+        return IngestResult(loaded.source, model.name, "unchanged", len(keys), 0, len(keys))
+
+    known = config_ids(session, keys)
+    mode = spec.model.mode
+    missing = [
+        _config_row(key, op, mode)
+        for key, op in zip(keys, spec.operators, strict=True)
+        if key not in known
+    ]
+    _insert_ignoring_duplicates(session, missing)
+    ids = config_ids(session, keys)
+    disagreeing = _count_disagreements(session, loaded, known)
+
+    info = spec.model
+    fields: dict[str, Any] = {
+        "reference": info.reference,
+        "overrides": info.overrides,
+        "mode": info.mode,
+        "dtype": info.dtype,
+        "batch_size": info.batch_size,
+        "inputs": [t.model_dump(mode="json", exclude_none=True) for t in info.inputs],
+        "description": info.description,
+        "spec_version": spec.spec_version,
+        "spec_hash": loaded.content_hash,
+        "provenance": spec.provenance,
+    }
+    status: IngestStatus
+    if model is None:
+        model = Model(name=info.name, **fields)
+        session.add(model)
+        session.flush()
+        status = "new"
+    else:
+        for name, value in fields.items():
+            setattr(model, name, value)
+        model.updated_at = utcnow()
+        session.execute(delete(ModelOperator).where(ModelOperator.model_id == model.id))
+        status = "replaced"
+    session.execute(
+        insert(ModelOperator),
+        [
+            {
+                "model_id": model.id,
+                "config_id": ids[key],
+                "position": position,
+                "count": op.count,
+                "locations": list(op.locations),
+            }
+            for position, (key, op) in enumerate(zip(keys, spec.operators, strict=True))
+        ],
+    )
+    session.flush()
+    return IngestResult(
+        loaded.source, info.name, status, len(keys), len(missing), len(keys) - len(missing),
+        disagreeing,
+    )
+
+
+def check_batch(specs: Sequence[LoadedSpec]) -> None:
+    """Refuse a batch that names one model twice with different content.
+
+    Raises:
+        ConflictError: naming both files.
+    """
+    seen: dict[str, LoadedSpec] = {}
+    for loaded in specs:
+        name = loaded.spec.model.name
+        other = seen.get(name)
+        if other is not None and other.content_hash != loaded.content_hash:
+            raise ConflictError(
+                f"{loaded.source}: model.name: {name!r} is also in {other.source} with other "
+                "content; give one of them another name"
+            )
+        seen[name] = loaded
+
+
+def ingest_specs(session: Session, specs: Sequence[LoadedSpec]) -> list[IngestResult]:
+    """Store several validated specs in the caller's transaction (see :func:`ingest_spec`).
+
+    Raises:
+        ConflictError: two specs name the same model with different content.
+    """
+    check_batch(specs)
+    return [ingest_spec(session, loaded) for loaded in specs]

@@ -1,0 +1,305 @@
+"""SQLAlchemy 2.0 typed ORM tables: models, operator configurations, devices, jobs, results.
+
+Units are in the column names: ``_s`` seconds, ``_j`` joules, ``_w`` watts, ``_bytes`` bytes,
+``flops`` FLOPs (never MACs), ``_per_s`` per second.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_N_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+"""Free-form JSON: JSONB on PostgreSQL, JSON text on SQLite."""
+
+MODES = ("inference", "training")
+OP_KINDS = ("module", "function", "opaque")
+DEVICE_TYPES = ("gpu", "cpu", "fake")
+JOB_TARGETS = ("operator", "model")
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+ACTIVE_JOB_STATUSES = ("queued", "running")
+PEAK_SOURCES = ("spec", "measured")
+TIMINGS = ("eager", "graph")
+
+
+def utcnow() -> datetime:
+    """Return the current time, timezone-aware, in UTC."""
+    return datetime.now(UTC)
+
+
+def _enum(values: tuple[str, ...], name: str) -> Enum:
+    """A portable enum: a VARCHAR with a named CHECK constraint (no native type to migrate)."""
+    return Enum(*values, name=name, native_enum=False, create_constraint=True, length=16)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention, so every constraint has a stable name."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JsonType, list[Any]: JsonType}
+
+
+class Model(Base):
+    """A model as described by one spec: its reference, inputs and mode."""
+
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    reference: Mapped[str | None] = mapped_column(String(500))
+    overrides: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    mode: Mapped[str] = mapped_column(_enum(MODES, "mode"))
+    dtype: Mapped[str] = mapped_column(String(16))
+    batch_size: Mapped[int | None] = mapped_column(Integer)
+    inputs: Mapped[list[Any]] = mapped_column(default=list)
+    description: Mapped[str | None] = mapped_column(Text)
+    spec_version: Mapped[int] = mapped_column(Integer)
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    operators: Mapped[list[ModelOperator]] = relationship(
+        back_populates="model", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class OperatorConfig(Base):
+    """One distinct operator configuration, shared by every model that runs it."""
+
+    __tablename__ = "operator_configs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    op: Mapped[str] = mapped_column(String(300), index=True)
+    kind: Mapped[str] = mapped_column(_enum(OP_KINDS, "op_kind"))
+    mode: Mapped[str] = mapped_column(_enum(MODES, "mode"))
+    args: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    dtype: Mapped[str | None] = mapped_column(String(16))
+    inputs: Mapped[list[Any]] = mapped_column(default=list)
+    call: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    outputs: Mapped[list[Any]] = mapped_column(default=list)
+    flops: Mapped[int | None] = mapped_column(BigInteger)
+    flops_backward: Mapped[int | None] = mapped_column(BigInteger)
+    flop_rule: Mapped[str | None] = mapped_column(String(100))
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    params: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ModelOperator(Base):
+    """How often a model runs a configuration per forward (or training step), and where."""
+
+    __tablename__ = "model_operators"
+
+    model_id: Mapped[int] = mapped_column(
+        ForeignKey("models.id", ondelete="CASCADE"), primary_key=True
+    )
+    config_id: Mapped[int] = mapped_column(
+        ForeignKey("operator_configs.id", ondelete="RESTRICT"), primary_key=True, index=True
+    )
+    position: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Integer)
+    locations: Mapped[list[Any]] = mapped_column(default=list)
+
+    model: Mapped[Model] = relationship(back_populates="operators")
+    config: Mapped[OperatorConfig] = relationship()
+
+    __table_args__ = (CheckConstraint("count >= 1", name="count_positive"),)
+
+
+class DeviceKind(Base):
+    """A kind of device (an H100 SXM, a given CPU model); measurements belong to kinds, not hosts."""
+
+    __tablename__ = "device_kinds"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    type: Mapped[str] = mapped_column(_enum(DEVICE_TYPES, "device_type"))
+    vendor: Mapped[str | None] = mapped_column(String(100))
+    architecture: Mapped[str | None] = mapped_column(String(100))
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Host(Base):
+    """One device on one machine, as registered by a worker."""
+
+    __tablename__ = "hosts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    device_id: Mapped[str] = mapped_column(String(100))
+    device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="RESTRICT"))
+    info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    counter_update_period_s: Mapped[float | None] = mapped_column(Float)
+    idle_power_w: Mapped[float | None] = mapped_column(Float)
+    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    device_kind: Mapped[DeviceKind] = relationship()
+
+    __table_args__ = (UniqueConstraint("hostname", "device_id"),)
+
+
+class Job(Base):
+    """Measure an operator configuration, or a whole model, on a device kind."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target: Mapped[str] = mapped_column(_enum(JOB_TARGETS, "job_target"))
+    config_id: Mapped[int | None] = mapped_column(
+        ForeignKey("operator_configs.id", ondelete="CASCADE")
+    )
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(_enum(JOB_STATUSES, "job_status"), default="queued")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        CheckConstraint(
+            "(target = 'operator' AND config_id IS NOT NULL AND model_id IS NULL) OR "
+            "(target = 'model' AND model_id IS NOT NULL AND config_id IS NULL)",
+            name="target_matches",
+        ),
+        Index("ix_jobs_claim", "device_kind_id", "status", "priority", "id"),
+        # At most one queued or running job per target and device kind.
+        Index(
+            "uq_jobs_active_config",
+            "config_id",
+            "device_kind_id",
+            unique=True,
+            sqlite_where=text("status IN ('queued', 'running') AND config_id IS NOT NULL"),
+            postgresql_where=text("status IN ('queued', 'running') AND config_id IS NOT NULL"),
+        ),
+        Index(
+            "uq_jobs_active_model",
+            "model_id",
+            "device_kind_id",
+            unique=True,
+            sqlite_where=text("status IN ('queued', 'running') AND model_id IS NOT NULL"),
+            postgresql_where=text("status IN ('queued', 'running') AND model_id IS NOT NULL"),
+        ),
+    )
+
+
+class _Result:
+    """Columns shared by per-operator measurements and full-model runs.
+
+    Statistics are derived from ``raw`` (kept so that they can be recomputed); per-call figures are
+    the window or block totals divided by the number of calls.
+    """
+
+    dtype: Mapped[str] = mapped_column(String(16))
+    timing: Mapped[str] = mapped_column(_enum(TIMINGS, "timing"), default="eager")
+    cache_mode: Mapped[str] = mapped_column(String(16), default="warm")
+    threads: Mapped[int | None] = mapped_column(Integer)
+    calls_per_block: Mapped[int] = mapped_column(Integer)
+    blocks: Mapped[int] = mapped_column(Integer)
+    time_median_s: Mapped[float] = mapped_column(Float)
+    time_mean_s: Mapped[float] = mapped_column(Float)
+    time_iqr_s: Mapped[float] = mapped_column(Float)
+    time_cv: Mapped[float] = mapped_column(Float)
+    trials: Mapped[int] = mapped_column(Integer, default=0)
+    window_s: Mapped[float | None] = mapped_column(Float)
+    calls_per_window: Mapped[int | None] = mapped_column(Integer)
+    energy_source: Mapped[str | None] = mapped_column(String(32))
+    energy_unavailable: Mapped[str | None] = mapped_column(Text)
+    energy_per_call_j: Mapped[float | None] = mapped_column(Float)
+    dynamic_energy_per_call_j: Mapped[float | None] = mapped_column(Float)
+    energy_iqr_j: Mapped[float | None] = mapped_column(Float)
+    power_mean_w: Mapped[float | None] = mapped_column(Float)
+    idle_power_w: Mapped[float | None] = mapped_column(Float)
+    energy_disagreement: Mapped[float | None] = mapped_column(Float)
+    flags: Mapped[list[Any]] = mapped_column(default=list)
+    raw: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Measurement(_Result, Base):
+    """Per-call time and energy of one operator configuration on one device kind."""
+
+    __tablename__ = "measurements"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("operator_configs.id", ondelete="CASCADE"))
+    device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+
+    __table_args__ = (
+        # "All measurements of a model's configurations on a device kind": model_operators gives
+        # the configurations (by model_id), this index their measurements (by config and kind).
+        Index("ix_measurements_lookup", "device_kind_id", "config_id", "created_at"),
+    )
+
+
+class FullModelRun(_Result, Base):
+    """Per-call time and energy of a whole model (forward, or a training step) on a device kind."""
+
+    __tablename__ = "full_model_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+
+    __table_args__ = (Index("ix_full_model_runs_lookup", "device_kind_id", "model_id", "created_at"),)
+
+
+class DevicePeak(Base):
+    """A peak of a device kind: spec-sheet or measured, compute (per dtype) and memory bandwidth."""
+
+    __tablename__ = "device_peaks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_kind_id: Mapped[int] = mapped_column(
+        ForeignKey("device_kinds.id", ondelete="CASCADE"), index=True
+    )
+    source: Mapped[str] = mapped_column(_enum(PEAK_SOURCES, "peak_source"))
+    dtype: Mapped[str | None] = mapped_column(String(16))
+    flops_per_s: Mapped[float | None] = mapped_column(Float)
+    bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    reference: Mapped[str | None] = mapped_column(Text)
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

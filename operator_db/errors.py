@@ -1,0 +1,54 @@
+"""One exception hierarchy for operator-db; the CLI and the API map it to exit codes and HTTP."""
+
+from __future__ import annotations
+
+
+class OperatorDBError(Exception):
+    """Root of every error operator-db raises on purpose; its message is one line for a user."""
+
+
+class ConfigurationError(OperatorDBError):
+    """A setting is missing or invalid."""
+
+
+class SpecError(OperatorDBError):
+    """A YAML spec is malformed or invalid; the message names the file and the path inside it."""
+
+    def __init__(self, source: str, path: str, message: str) -> None:
+        self.source = source
+        self.path = path
+        self.detail = message
+        where = f"{source}: {path}: " if path else f"{source}: "
+        super().__init__(f"{where}{message}")
+
+
+class NotFoundError(OperatorDBError):
+    """A model, operator configuration, device kind or job does not exist."""
+
+
+class ConflictError(OperatorDBError):
+    """The request contradicts what is already stored."""
+
+
+class DatabaseError(OperatorDBError):
+    """The database cannot be reached or is not at the schema revision this code expects."""
+
+
+class DeviceError(OperatorDBError):
+    """A device refused or failed an operation."""
+
+
+class DeviceUnsupportedError(DeviceError):
+    """The device (or its driver) does not support the asked-for feature."""
+
+
+class PermissionDeniedError(OperatorDBError):
+    """The caller may not do this (missing token, unreadable counter, ...)."""
+
+
+class HarvestError(OperatorDBError):
+    """A model could not be built, run or described."""
+
+
+class MeasurementError(OperatorDBError):
+    """A measurement could not be taken."""

@@ -1,0 +1,269 @@
+"""Read and write YAML specs; every error names the file and the path inside it."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from operator_db.errors import SpecError
+from operator_db.specs.keys import operator_key, spec_content_hash
+from operator_db.specs.schema import SUPPORTED_SPEC_VERSIONS, Spec
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """Safe YAML loader that refuses duplicate keys and reads ``1e-5`` as a float (YAML 1.2)."""
+
+
+def _construct_mapping(loader: _SpecLoader, node: yaml.MappingNode) -> dict[Hashable, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Hashable, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
+            )
+        seen[key] = loader.construct_object(value_node, deep=True)
+    return seen
+
+
+_SpecLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def format_loc(loc: Sequence[int | str]) -> str:
+    """Format a pydantic location as a path: ``('operators', 3, 'shape', 1)`` → ``operators[3].shape[1]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def format_error(err: ErrorDetails) -> str:
+    """Turn one pydantic error into a short message that says what was expected and what came."""
+    kind = err["type"]
+    ctx = err.get("ctx", {})
+    got = err.get("input")
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "greater_than" and ctx.get("gt") == 0:
+        return f"must be positive, got {_short(got)}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+                 "less_than_equal": "<="}[kind]
+        limit = next(iter(ctx.values()), "?")
+        return f"must be {bound} {limit}, got {_short(got)}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '?')}, got {_short(got)}"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    msg = err["msg"][0].lower() + err["msg"][1:]
+    return f"{msg}, got {_short(got)}"
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with what ingestion needs: its source, content hash and operator keys."""
+
+    source: str
+    spec: Spec
+    content_hash: str
+    keys: tuple[str, ...]
+
+
+def parse_spec(data: object, source: str) -> LoadedSpec:
+    """Validate already-parsed YAML/JSON data as a spec.
+
+    Raises:
+        SpecError: naming ``source`` and the path of the first problem.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(source, "", f"a spec must be a mapping, got {type(data).__name__}")
+    version = data.get("spec_version")
+    if version is not None and version not in SUPPORTED_SPEC_VERSIONS:
+        raise SpecError(
+            source,
+            "spec_version",
+            f"unknown spec_version {_short(version)}; this operator-db reads "
+            + ", ".join(str(v) for v in SUPPORTED_SPEC_VERSIONS),
+        )
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        raise SpecError(source, format_loc(first["loc"]), format_error(first) + more) from None
+    keys: list[str] = []
+    seen: dict[str, int] = {}
+    for i, op in enumerate(spec.operators):
+        try:
+            key = operator_key(op, spec.model.mode)
+        except ValueError as exc:  # NaN or infinity in an argument
+            raise SpecError(source, f"operators[{i}]", f"not representable: {exc}") from None
+        if op.key is not None and op.key != key:
+            raise SpecError(
+                source,
+                f"operators[{i}].key",
+                f"does not match the configuration (expected {key[:12]}…, got {op.key[:12]}…); "
+                "remove it or fix the configuration",
+            )
+        if key in seen:
+            raise SpecError(
+                source,
+                f"operators[{i}]",
+                f"same configuration as operators[{seen[key]}]; merge them and add their counts",
+            )
+        seen[key] = i
+        keys.append(key)
+    return LoadedSpec(source, spec, spec_content_hash(spec), tuple(keys))
+
+
+def load_yaml_text(text: str, source: str) -> object:
+    """Parse YAML text with the spec loader.
+
+    Raises:
+        SpecError: on a YAML syntax error, with the line and column.
+    """
+    try:
+        return yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise SpecError(source, where, f"invalid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(source, "", f"invalid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def load_spec_text(text: str, source: str) -> LoadedSpec:
+    """Parse and validate YAML text as a spec (``source`` names it in errors)."""
+    data = load_yaml_text(text, source)
+    if data is None:
+        raise SpecError(source, "", "the file is empty")
+    return parse_spec(data, source)
+
+
+def load_spec(path: str | Path, *, max_bytes: int) -> LoadedSpec:
+    """Read, parse and validate one spec file of at most ``max_bytes`` bytes.
+
+    Raises:
+        SpecError: the file is unreadable, too large, not UTF-8, not YAML or not a valid spec.
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise SpecError(
+                source,
+                "",
+                f"file is {size} bytes, over the limit of {max_bytes} bytes (OPDB_MAX_SPEC_BYTES)",
+            )
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(source, "", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(source, "", f"not UTF-8 text (byte {exc.start})") from None
+    return load_spec_text(text, source)
+
+
+def expand_spec_paths(patterns: Iterable[str | Path]) -> list[Path]:
+    """Expand files, directories (their ``*.yaml``/``*.yml``, recursively) and globs, in order.
+
+    Raises:
+        SpecError: a pattern matches nothing.
+    """
+    found: list[Path] = []
+    for pattern in patterns:
+        text = os.fspath(pattern)
+        path = Path(text)
+        if path.is_dir():
+            matches = sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
+        elif path.exists():
+            matches = [path]
+        else:
+            matches = [Path(p) for p in sorted(glob.glob(text, recursive=True))]
+        if not matches:
+            raise SpecError(text, "", "no such file, or no spec (*.yaml, *.yml) matches it")
+        found.extend(m for m in matches if m not in found)
+    return found
+
+
+class _SpecDumper(yaml.SafeDumper):
+    """Dumper that writes short lists of scalars (shapes, strides) on one line."""
+
+
+def _represent_list(dumper: _SpecDumper, data: list[Any]) -> yaml.Node:
+    flow = len(data) <= 16 and all(not isinstance(v, dict | list) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_SpecDumper.add_representer(list, _represent_list)
+_SpecDumper.add_representer(tuple, _represent_list)
+
+
+def dump_spec(spec: Spec, *, with_keys: bool = True) -> str:
+    """Serialise a spec as YAML text (fields in schema order, defaults left out, keys filled in)."""
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    data["spec_version"] = spec.spec_version
+    data["processed"] = spec.processed
+    if with_keys:
+        for op_data, op in zip(data["operators"], spec.operators, strict=True):
+            op_data["key"] = operator_key(op, spec.model.mode)
+    ordered = {k: data[k] for k in ("spec_version", "model", "provenance", "processed", "operators")
+               if k in data}
+    return yaml.dump(ordered, Dumper=_SpecDumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def write_spec(spec: Spec, path: str | Path) -> None:
+    """Write a spec to ``path`` as YAML (parent directories are created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_spec(spec), encoding="utf-8")
+
+
+def mark_processed(path: str | Path) -> None:
+    """Set ``processed: true`` in a spec file, leaving the rest of the text untouched."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    new, replaced = re.subn(r"(?m)^processed:\s*(false|False|no)\s*$", "processed: true", text)
+    if not replaced and not re.search(r"(?m)^processed:\s*(true|True|yes)\s*$", text):
+        new = text.rstrip("\n") + "\nprocessed: true\n"
+    if new != text:
+        path.write_text(new, encoding="utf-8")

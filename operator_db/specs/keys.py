@@ -1,0 +1,51 @@
+"""Canonical forms and stable keys of operator configurations and spec contents."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from operator_db.specs.schema import Mode, OperatorSpec, Spec
+
+
+def canonical_json(value: Any) -> str:
+    """Serialise ``value`` as compact JSON with sorted keys; NaN and infinity are refused."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def canonical_operator(op: OperatorSpec, mode: Mode) -> dict[str, Any]:
+    """Return the canonical form that identifies a configuration: what is run, on what, how.
+
+    Counts, FLOPs, bytes, outputs and locations are derived or model-specific and left out, so the
+    same Conv2d seen in two models has one key.
+    """
+    return {
+        "op": op.op,
+        "kind": op.kind,
+        "args": op.args,
+        "dtype": op.dtype,
+        "inputs": [[list(t.shape), t.dtype] for t in op.inputs],
+        "call": None if op.call is None else {"args": op.call.args, "kwargs": op.call.kwargs},
+        "mode": mode,
+    }
+
+
+def operator_key(op: OperatorSpec, mode: Mode) -> str:
+    """Return the stable key of a configuration: SHA-256 (hex) of its canonical form."""
+    return hashlib.sha256(canonical_json(canonical_operator(op, mode)).encode()).hexdigest()
+
+
+def spec_content_hash(spec: Spec) -> str:
+    """Return a SHA-256 (hex) of what a spec says about its model: model and operators.
+
+    Provenance and the ``processed`` marker are not content: re-harvesting the same model on another
+    day yields the same hash.
+    """
+    body = {
+        "model": spec.model.model_dump(mode="json"),
+        "operators": [
+            op.model_dump(mode="json", exclude={"key"}) for op in spec.operators
+        ],
+    }
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()

@@ -1,0 +1,214 @@
+"""The YAML spec schema (pydantic): a model, its inputs and its distinct operator configurations.
+
+A spec is the contract between harvesting and measuring: the worker never needs the model, only the
+operator configurations below. Every size is in elements, every FLOP count in FLOPs (never MACs),
+every byte count in bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+
+SPEC_VERSION = 1
+"""The spec format version this code reads and writes."""
+
+SUPPORTED_SPEC_VERSIONS = (SPEC_VERSION,)
+
+DType = Literal[
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "complex64",
+    "complex128",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+]
+"""Tensor element types, named as in ``torch`` without the ``torch.`` prefix."""
+
+DTYPE_BYTES: dict[str, int] = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "complex64": 8,
+    "complex128": 16,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+"""Size of one element of each dtype, in bytes."""
+
+MAX_DIM = 2**31 - 1
+"""Largest single dimension accepted, in elements."""
+MAX_NUMEL = 2**40
+"""Largest tensor accepted, in elements (an absurd shape is refused before anything allocates)."""
+
+Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
+Count = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
+OpName = Annotated[
+    str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", max_length=300)
+]
+ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+@-]*$", max_length=200)]
+Mode = Literal["inference", "training"]
+OpKind = Literal["module", "function", "opaque"]
+
+
+class _Strict(BaseModel):
+    """Base for spec models: unknown fields are errors, types are not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TensorSpec(_Strict):
+    """One tensor: its shape (elements per dimension) and element type."""
+
+    shape: list[Dim] = Field(max_length=16)
+    dtype: DType = "float32"
+    name: str | None = Field(default=None, max_length=200)
+    value_range: tuple[int, int] | None = Field(
+        default=None,
+        description="For integer inputs, values are drawn from [low, high) (e.g. token ids).",
+    )
+
+    @field_validator("shape")
+    @classmethod
+    def _not_absurd(cls, shape: list[int]) -> list[int]:
+        numel = math.prod(shape)
+        if numel > MAX_NUMEL:
+            raise ValueError(f"tensor of {numel} elements is larger than the limit of {MAX_NUMEL}")
+        return shape
+
+    @field_validator("value_range")
+    @classmethod
+    def _ordered(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and value[0] >= value[1]:
+            raise ValueError(f"low must be below high, got [{value[0]}, {value[1]}]")
+        return value
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes."""
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+class CallSpec(_Strict):
+    """How the op is called: positional and keyword arguments.
+
+    Tensor arguments appear as ``{"tensor": i}``, a reference to ``inputs[i]``; everything else is a
+    literal JSON value (numbers, strings, booleans, null, lists, mappings).
+    """
+
+    args: list[JsonValue] = Field(default_factory=list)
+    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+def tensor_refs(value: JsonValue) -> list[int]:
+    """Return the input indices referenced (as ``{"tensor": i}``) anywhere inside ``value``."""
+    if isinstance(value, dict):
+        if set(value) == {"tensor"} and isinstance(value["tensor"], int):
+            return [value["tensor"]]
+        return [i for v in value.values() for i in tensor_refs(v)]
+    if isinstance(value, list):
+        return [i for v in value for i in tensor_refs(v)]
+    return []
+
+
+class OperatorSpec(_Strict):
+    """One distinct operator configuration of a model and how often the model runs it."""
+
+    op: OpName = Field(description="Dotted name: torch.nn.Conv2d, torch.nn.functional.relu, ...")
+    kind: OpKind = Field(description="module (rebuilt from args), function, or opaque.")
+    args: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Constructor arguments of a module."
+    )
+    dtype: DType | None = Field(default=None, description="Parameter dtype of a module.")
+    inputs: list[TensorSpec] = Field(default_factory=list, max_length=64)
+    call: CallSpec | None = Field(
+        default=None, description="Non-tensor arguments; None means the inputs, positionally."
+    )
+    outputs: list[TensorSpec] = Field(default_factory=list, max_length=64)
+    count: Count = 1
+    flops: NonNegative | None = Field(default=None, description="Forward FLOPs per call.")
+    flops_backward: NonNegative | None = Field(
+        default=None, description="Backward FLOPs per call (training specs)."
+    )
+    flop_rule: str | None = Field(default=None, max_length=100)
+    bytes: NonNegative | None = Field(
+        default=None, description="Compulsory bytes per call: inputs, weights, outputs once."
+    )
+    params: NonNegative = Field(default=0, description="Parameter count (elements).")
+    locations: list[str] = Field(default_factory=list, description="Module names where it runs.")
+    key: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="after")
+    def _refs_in_range(self) -> OperatorSpec:
+        if self.call is None:
+            return self
+        n = len(self.inputs)
+        refs = tensor_refs(self.call.args) + tensor_refs(dict(self.call.kwargs))
+        for ref in refs:
+            if not 0 <= ref < n:
+                raise ValueError(f"call refers to tensor {ref} but there are {n} inputs")
+        return self
+
+
+class ModelInfo(_Strict):
+    """The model a spec describes and how it was fed."""
+
+    name: ModelName
+    reference: str | None = Field(
+        default=None,
+        max_length=500,
+        description="torchvision:NAME, timm:NAME, transformers:CLASS, module:pkg.mod:factory",
+    )
+    overrides: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Constructor or config overrides for the reference."
+    )
+    mode: Mode = "inference"
+    dtype: DType = "float32"
+    batch_size: Count | None = None
+    inputs: list[TensorSpec] = Field(default_factory=list, max_length=64)
+    description: str | None = Field(default=None, max_length=2000)
+
+
+class Spec(_Strict):
+    """A whole YAML spec file."""
+
+    spec_version: int
+    model: ModelInfo
+    operators: list[OperatorSpec] = Field(min_length=1, max_length=100_000)
+    provenance: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Who harvested it, with which versions, when."
+    )
+    processed: bool = Field(
+        default=False, description="Set once the spec has been ingested; not part of its content."
+    )
+
+    @field_validator("spec_version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version not in SUPPORTED_SPEC_VERSIONS:
+            known = ", ".join(str(v) for v in SUPPORTED_SPEC_VERSIONS)
+            raise ValueError(f"unknown spec_version {version}; this operator-db reads {known}")
+        return version

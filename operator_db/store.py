@@ -1,0 +1,98 @@
+"""The store: an engine and a session factory for one database URL, migrated before use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
+
+from operator_db.config import Settings
+from operator_db.db import models as m
+from operator_db.db.engine import describe_db_error, make_engine, make_sessionmaker, safe_url
+from operator_db.db.migrate import ensure_current
+
+
+@dataclass
+class Store:
+    """A database opened for use: an engine, its session factory, and the URL (for messages)."""
+
+    engine: Engine
+    sessions: sessionmaker[Session]
+    url: str
+
+    @classmethod
+    def open(cls, url: str, *, migrate: bool = True, auto_upgrade_sqlite: bool = True,
+             echo: bool = False) -> Store:
+        """Open ``url``; with ``migrate``, check (or, for SQLite, bring up) the schema revision.
+
+        Raises:
+            DatabaseError: unreachable, or at a revision the code cannot use.
+        """
+        engine = make_engine(url, echo=echo)
+        if migrate:
+            try:
+                ensure_current(engine, auto_upgrade_sqlite=auto_upgrade_sqlite)
+            except BaseException:
+                engine.dispose()
+                raise
+        return cls(engine, make_sessionmaker(engine), url)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, migrate: bool = True) -> Store:
+        """Open the database the settings name."""
+        return cls.open(settings.database_url, migrate=migrate,
+                        auto_upgrade_sqlite=settings.auto_upgrade_sqlite, echo=settings.sql_echo)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """Yield a session that commits when the block ends, or rolls everything back.
+
+        Raises:
+            DatabaseError: the database failed; nothing of the block was kept.
+        """
+        session = self.sessions()
+        try:
+            yield session
+            session.commit()
+        except DBAPIError as exc:
+            session.rollback()
+            raise describe_db_error(exc, self.url) from None
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self.engine.dispose()
+
+    @property
+    def display_url(self) -> str:
+        """The URL with its password masked."""
+        return safe_url(self.url)
+
+
+TABLES: tuple[type[m.Base], ...] = (
+    m.Model,
+    m.OperatorConfig,
+    m.ModelOperator,
+    m.DeviceKind,
+    m.Host,
+    m.Job,
+    m.Measurement,
+    m.FullModelRun,
+    m.DevicePeak,
+)
+
+
+def row_counts(session: Session) -> dict[str, int]:
+    """Return the number of rows in each table, by table name."""
+    return {
+        table.__tablename__: session.scalar(select(func.count()).select_from(table)) or 0
+        for table in TABLES
+    }
