@@ -1,4 +1,4 @@
-"""Alembic environment: a connection passed in ``config.attributes`` wins, else the settings' URL."""
+"""Alembic environment: a connection in ``config.attributes`` wins, else the settings' URL."""
 
 from __future__ import annotations
 
@@ -31,12 +31,15 @@ def _run(connection: Connection) -> None:
 
 def _url() -> str:
     x_args = context.get_x_argument(as_dictionary=True)
-    return x_args.get("url") or config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    return (
+        x_args.get("url") or config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    )
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, render_as_batch=True,
-                      literal_binds=True)
+    context.configure(
+        url=_url(), target_metadata=target_metadata, render_as_batch=True, literal_binds=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -1,4 +1,4 @@
-"""Small models of our own, referenced by the example specs (``module:operator_db.examples:NAME``)."""
+"""Small models of our own, referenced by example specs (``module:operator_db.examples:NAME``)."""
 
 from __future__ import annotations
 

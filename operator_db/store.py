@@ -25,8 +25,9 @@ class Store:
     url: str
 
     @classmethod
-    def open(cls, url: str, *, migrate: bool = True, auto_upgrade_sqlite: bool = True,
-             echo: bool = False) -> Store:
+    def open(
+        cls, url: str, *, migrate: bool = True, auto_upgrade_sqlite: bool = True, echo: bool = False
+    ) -> Store:
         """Open ``url``; with ``migrate``, check (or, for SQLite, bring up) the schema revision.
 
         Raises:
@@ -44,8 +45,12 @@ class Store:
     @classmethod
     def from_settings(cls, settings: Settings, *, migrate: bool = True) -> Store:
         """Open the database the settings name."""
-        return cls.open(settings.database_url, migrate=migrate,
-                        auto_upgrade_sqlite=settings.auto_upgrade_sqlite, echo=settings.sql_echo)
+        return cls.open(
+            settings.database_url,
+            migrate=migrate,
+            auto_upgrade_sqlite=settings.auto_upgrade_sqlite,
+            echo=settings.sql_echo,
+        )
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

@@ -78,9 +78,14 @@ def postgres_template() -> Iterator[str]:
         pytest.skip(reason)
     admin = _admin_engine()
     with admin.connect() as conn:  # leftovers of an interrupted earlier run
-        stale = conn.execute(
-            text("SELECT datname FROM pg_database WHERE datname LIKE :p"), {"p": _PG_PREFIX + "%"}
-        ).scalars().all()
+        stale = (
+            conn.execute(
+                text("SELECT datname FROM pg_database WHERE datname LIKE :p"),
+                {"p": _PG_PREFIX + "%"},
+            )
+            .scalars()
+            .all()
+        )
         for name in stale:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     name = f"{_PG_PREFIX}template_{uuid.uuid4().hex[:8]}"

@@ -10,6 +10,7 @@ from rich.console import Console
 from operator_db.config import get_settings
 from operator_db.store import Store
 
+
 def _console(*, stderr: bool = False) -> Console:
     probe = Console(stderr=stderr)
     # Rich assumes 80 columns when not on a terminal; tables piped to a file or CI log would be cut.
@@ -31,5 +32,9 @@ def open_store(db: str | None, *, migrate: bool = True) -> Store:
     settings = get_settings()
     if db is None:
         return Store.from_settings(settings, migrate=migrate)
-    return Store.open(db, migrate=migrate, auto_upgrade_sqlite=settings.auto_upgrade_sqlite,
-                      echo=settings.sql_echo)
+    return Store.open(
+        db,
+        migrate=migrate,
+        auto_upgrade_sqlite=settings.auto_upgrade_sqlite,
+        echo=settings.sql_echo,
+    )

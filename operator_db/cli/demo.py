@@ -14,7 +14,7 @@ from operator_db.specs import expand_spec_paths, load_spec
 
 
 def example_specs_dir() -> Path:
-    """Return the shipped example specs: packaged in a wheel, ``measurement_specs/`` in a checkout."""
+    """Return the example specs: packaged in a wheel, ``measurement_specs/`` in a checkout."""
     here = Path(__file__).resolve().parent.parent
     for candidate in (here / "_specs", here.parent / "measurement_specs"):
         if candidate.is_dir():

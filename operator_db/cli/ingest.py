@@ -17,15 +17,27 @@ from operator_db.specs.io import mark_processed
 
 def summary_table(results: list[IngestResult]) -> Table:
     """Return a table of what each spec did, with totals."""
-    table = Table("spec", "model", "status", "operators", "new configs", "known configs",
-                  title="ingested")
+    table = Table(
+        "spec", "model", "status", "operators", "new configs", "known configs", title="ingested"
+    )
     for r in results:
-        table.add_row(Path(r.source).name, r.model, r.status, str(r.operators),
-                      str(r.new_configs), str(r.known_configs))
+        table.add_row(
+            Path(r.source).name,
+            r.model,
+            r.status,
+            str(r.operators),
+            str(r.new_configs),
+            str(r.known_configs),
+        )
     table.add_section()
-    table.add_row(f"{len(results)} specs", f"{len({r.model for r in results})} models", "",
-                  str(sum(r.operators for r in results)), str(sum(r.new_configs for r in results)),
-                  str(sum(r.known_configs for r in results)))
+    table.add_row(
+        f"{len(results)} specs",
+        f"{len({r.model for r in results})} models",
+        "",
+        str(sum(r.operators for r in results)),
+        str(sum(r.new_configs for r in results)),
+        str(sum(r.known_configs for r in results)),
+    )
     return table
 
 

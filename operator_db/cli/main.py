@@ -6,9 +6,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-import click
 import typer
 from sqlalchemy.exc import DBAPIError
+from typer.exceptions import TyperException
 
 from operator_db import __version__
 from operator_db.cli import db as db_cli
@@ -41,8 +41,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """operator-db: per-operator time and energy of PyTorch models, kept in SQL."""
 
@@ -65,14 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         app(args=args, prog_name="opdb", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show(file=sys.stderr)
-        return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
         err_console.print("interrupted")
         return 130
+    except TyperException as exc:  # usage errors: the message and the usage line, exit code 2
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show(file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2))
     except OperatorDBError as exc:
         if _debug():
             raise

@@ -22,12 +22,20 @@ def list_models(db: DatabaseOption = None) -> None:
             rows = queries.model_summaries(session)
     finally:
         store.close()
-    table = Table("model", "mode", "batch", "configs", "op calls", "GFLOPs", "params (M)",
-                  "reference")
+    table = Table(
+        "model", "mode", "batch", "configs", "op calls", "GFLOPs", "params (M)", "reference"
+    )
     for row in rows:
-        table.add_row(row.name, row.mode, str(row.batch_size or ""), str(row.configs),
-                      str(row.calls), f"{row.flops / 1e9:.3f}", f"{row.params / 1e6:.2f}",
-                      row.reference or "")
+        table.add_row(
+            row.name,
+            row.mode,
+            str(row.batch_size or ""),
+            str(row.configs),
+            str(row.calls),
+            f"{row.flops / 1e9:.3f}",
+            f"{row.params / 1e6:.2f}",
+            row.reference or "",
+        )
     console.print(table)
 
 
@@ -46,7 +54,12 @@ def show(
     table = Table("op", "count", "inputs", "MFLOPs/call", "KiB/call", "key", title=name)
     for op in sorted(ops, key=lambda o: -(o.flops or 0) * o.count):
         shapes = " ".join("x".join(map(str, t["shape"])) for t in op.inputs)
-        table.add_row(op.op, str(op.count), shapes,
-                      "" if op.flops is None else f"{op.flops / 1e6:.2f}",
-                      "" if op.bytes is None else f"{op.bytes / 1024:.1f}", op.key[:12])
+        table.add_row(
+            op.op,
+            str(op.count),
+            shapes,
+            "" if op.flops is None else f"{op.flops / 1e6:.2f}",
+            "" if op.bytes is None else f"{op.bytes / 1024:.1f}",
+            op.key[:12],
+        )
     console.print(table)

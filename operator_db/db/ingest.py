@@ -32,7 +32,7 @@ class IngestResult:
     new_configs: int
     known_configs: int
     disagreeing_configs: int = 0
-    """Known configurations whose stored FLOPs/bytes/outputs differ from the spec's (kept stored)."""
+    """Known configurations whose stored FLOPs/bytes/outputs differ from the spec's (kept)."""
 
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -74,15 +74,16 @@ def config_ids(session: Session, keys: Sequence[str]) -> dict[str, int]:
 def _insert_ignoring_duplicates(session: Session, rows: list[dict[str, Any]]) -> None:
     """Insert configurations; one that another writer inserted meanwhile is left as it is."""
     dialect = session.get_bind().dialect.name
-    table = OperatorConfig.__table__
     for start in range(0, len(rows), _CHUNK):
         part = rows[start : start + _CHUNK]
         if dialect == "postgresql":
-            session.execute(pg_insert(table).on_conflict_do_nothing(index_elements=["key"]), part)
+            session.execute(pg_insert(OperatorConfig).on_conflict_do_nothing(index_elements=["key"]), part)
         elif dialect == "sqlite":
-            session.execute(sqlite_insert(table).on_conflict_do_nothing(index_elements=["key"]), part)
+            session.execute(
+                sqlite_insert(OperatorConfig).on_conflict_do_nothing(index_elements=["key"]), part
+            )
         else:
-            session.execute(insert(table), part)
+            session.execute(insert(OperatorConfig), part)
 
 
 def _count_disagreements(session: Session, loaded: LoadedSpec, known: dict[str, int]) -> int:
@@ -162,7 +163,12 @@ def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
     )
     session.flush()
     return IngestResult(
-        loaded.source, info.name, status, len(keys), len(missing), len(keys) - len(missing),
+        loaded.source,
+        info.name,
+        status,
+        len(keys),
+        len(missing),
+        len(keys) - len(missing),
         disagreeing,
     )
 

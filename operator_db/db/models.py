@@ -55,7 +55,7 @@ def utcnow() -> datetime:
 
 
 def _enum(values: tuple[str, ...], name: str) -> Enum:
-    """A portable enum: a VARCHAR with a named CHECK constraint (no native type to migrate)."""
+    """Return a portable enum: a VARCHAR with a named CHECK constraint (no native type)."""
     return Enum(*values, name=name, native_enum=False, create_constraint=True, length=16)
 
 
@@ -136,7 +136,7 @@ class ModelOperator(Base):
 
 
 class DeviceKind(Base):
-    """A kind of device (an H100 SXM, a given CPU model); measurements belong to kinds, not hosts."""
+    """A kind of device (an H100 SXM, a CPU model); measurements belong to kinds, not hosts."""
 
     __tablename__ = "device_kinds"
 
@@ -284,7 +284,9 @@ class FullModelRun(_Result, Base):
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
 
-    __table_args__ = (Index("ix_full_model_runs_lookup", "device_kind_id", "model_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_full_model_runs_lookup", "device_kind_id", "model_id", "created_at"),
+    )
 
 
 class DevicePeak(Base):

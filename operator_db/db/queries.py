@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -37,7 +38,9 @@ def model_summaries(session: Session) -> list[ModelSummary]:
             Model.batch_size,
             func.count(ModelOperator.config_id),
             func.coalesce(func.sum(ModelOperator.count), 0),
-            func.coalesce(func.sum(ModelOperator.count * func.coalesce(OperatorConfig.flops, 0)), 0),
+            func.coalesce(
+                func.sum(ModelOperator.count * func.coalesce(OperatorConfig.flops, 0)), 0
+            ),
             func.coalesce(func.sum(ModelOperator.count * OperatorConfig.params), 0),
         )
         .outerjoin(ModelOperator, ModelOperator.model_id == Model.id)
@@ -69,7 +72,7 @@ class ModelOperatorRow:
     key: str
     op: str
     kind: str
-    inputs: list[dict[str, object]]
+    inputs: list[dict[str, Any]]
     count: int
     flops: int | None
     bytes: int | None
@@ -91,7 +94,16 @@ def model_operators(session: Session, name: str) -> list[ModelOperatorRow]:
         .order_by(ModelOperator.position)
     )
     return [
-        ModelOperatorRow(cfg.key, cfg.op, cfg.kind, list(cfg.inputs), mo.count, cfg.flops,
-                         cfg.bytes, cfg.params, list(mo.locations))
+        ModelOperatorRow(
+            cfg.key,
+            cfg.op,
+            cfg.kind,
+            list(cfg.inputs),
+            mo.count,
+            cfg.flops,
+            cfg.bytes,
+            cfg.params,
+            list(mo.locations),
+        )
         for mo, cfg in rows
     ]

@@ -55,7 +55,7 @@ _SpecLoader.add_implicit_resolver(
 
 
 def format_loc(loc: Sequence[int | str]) -> str:
-    """Format a pydantic location as a path: ``('operators', 3, 'shape', 1)`` → ``operators[3].shape[1]``."""
+    """Format a pydantic location as a path: ``('operators', 3)`` → ``operators[3]``."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -82,8 +82,12 @@ def format_error(err: ErrorDetails) -> str:
     if kind == "greater_than" and ctx.get("gt") == 0:
         return f"must be positive, got {_short(got)}"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        bound = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-                 "less_than_equal": "<="}[kind]
+        bound = {
+            "greater_than": ">",
+            "greater_than_equal": ">=",
+            "less_than": "<",
+            "less_than_equal": "<=",
+        }[kind]
         limit = next(iter(ctx.values()), "?")
         return f"must be {bound} {limit}, got {_short(got)}"
     if kind == "literal_error":
@@ -214,7 +218,9 @@ def expand_spec_paths(patterns: Iterable[str | Path]) -> list[Path]:
         text = os.fspath(pattern)
         path = Path(text)
         if path.is_dir():
-            matches = sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
+            matches = sorted(
+                p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file()
+            )
         elif path.exists():
             matches = [path]
         else:
@@ -235,7 +241,13 @@ def _represent_list(dumper: _SpecDumper, data: list[Any]) -> yaml.Node:
 
 
 _SpecDumper.add_representer(list, _represent_list)
-_SpecDumper.add_representer(tuple, _represent_list)
+
+
+def _represent_tuple(dumper: _SpecDumper, data: tuple[Any, ...]) -> yaml.Node:
+    return _represent_list(dumper, list(data))
+
+
+_SpecDumper.add_representer(tuple, _represent_tuple)
 
 
 def dump_spec(spec: Spec, *, with_keys: bool = True) -> str:
@@ -246,8 +258,11 @@ def dump_spec(spec: Spec, *, with_keys: bool = True) -> str:
     if with_keys:
         for op_data, op in zip(data["operators"], spec.operators, strict=True):
             op_data["key"] = operator_key(op, spec.model.mode)
-    ordered = {k: data[k] for k in ("spec_version", "model", "provenance", "processed", "operators")
-               if k in data}
+    ordered = {
+        k: data[k]
+        for k in ("spec_version", "model", "provenance", "processed", "operators")
+        if k in data
+    }
     return yaml.dump(ordered, Dumper=_SpecDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
@@ -262,8 +277,10 @@ def mark_processed(path: str | Path) -> None:
     """Set ``processed: true`` in a spec file, leaving the rest of the text untouched."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    new, replaced = re.subn(r"(?m)^processed:\s*(false|False|no)\s*$", "processed: true", text)
-    if not replaced and not re.search(r"(?m)^processed:\s*(true|True|yes)\s*$", text):
+    new, replaced = re.subn(
+        r"(?m)^processed:[ \t]*(false|False|no)[ \t]*$", "processed: true", text
+    )
+    if not replaced and not re.search(r"(?m)^processed:[ \t]*(true|True|yes)[ \t]*$", text):
         new = text.rstrip("\n") + "\nprocessed: true\n"
     if new != text:
         path.write_text(new, encoding="utf-8")

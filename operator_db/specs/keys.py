@@ -11,7 +11,9 @@ from operator_db.specs.schema import Mode, OperatorSpec, Spec
 
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` as compact JSON with sorted keys; NaN and infinity are refused."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 def canonical_operator(op: OperatorSpec, mode: Mode) -> dict[str, Any]:
@@ -44,8 +46,6 @@ def spec_content_hash(spec: Spec) -> str:
     """
     body = {
         "model": spec.model.model_dump(mode="json"),
-        "operators": [
-            op.model_dump(mode="json", exclude={"key"}) for op in spec.operators
-        ],
+        "operators": [op.model_dump(mode="json", exclude={"key"}) for op in spec.operators],
     }
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()

@@ -1,0 +1,245 @@
+"""The ``opdb`` command: ingest, db, models, demo; one-line errors that leave the database as is."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import inspect
+
+from operator_db.db.engine import make_engine
+from operator_db.store import Store, row_counts
+from tests.conftest import POSTGRES_URL
+from tests.helpers import EXAMPLE_SPECS, linear_op, run_cli, snapshot, spec_dict
+
+
+def counts_of(url: str) -> dict[str, int]:
+    store = Store.open(url, migrate=False)
+    try:
+        with store.transaction() as session:
+            return row_counts(session)
+    finally:
+        store.close()
+
+
+def test_ingest_examples_same_counts_on_both_backends(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    sqlite_url = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
+    pg_url = next(request.getfixturevalue("postgres_fresh"))
+    results = {}
+    for url in (sqlite_url, pg_url):
+        if url.startswith("postgresql"):
+            assert run_cli(capsys, "db", "upgrade", "--db", url).code == 0
+        first = run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", url)
+        assert first.code == 0, first.err
+        assert "new" in first.out
+        engine = make_engine(url)
+        before = snapshot(engine)
+        second = run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", url)
+        assert second.code == 0, second.err
+        assert "unchanged" in second.out and "│ new " not in second.out
+        assert snapshot(engine) == before
+        engine.dispose()
+        results[url] = counts_of(url)
+    assert results[sqlite_url] == results[pg_url]
+    assert results[sqlite_url]["models"] == len(list(EXAMPLE_SPECS.glob("*.yaml")))
+
+
+@pytest.fixture
+def postgres_fresh() -> Any:
+    from tests.conftest import _fresh_postgres
+
+    return _fresh_postgres(None)
+
+
+def _bad_specs(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """Malformed specs: file name → (content, expected message after 'error: <path>: ')."""
+
+    def dump(data: Any) -> str:
+        return yaml.safe_dump(data)
+
+    negative = spec_dict("bad")
+    negative["operators"][0]["inputs"][0]["shape"][1] = -1
+    wrong_type = spec_dict("bad")
+    wrong_type["operators"][1]["flops"] = "many"
+    unknown = spec_dict("bad")
+    unknown["model"]["colour"] = "red"
+    version = spec_dict("bad")
+    version["spec_version"] = 99
+    zero = spec_dict("bad")
+    zero["model"]["inputs"][0]["shape"] = [0]
+    return {
+        "broken.yaml": ("spec_version: 1\nmodel: [\n", "line 3, column 1: invalid YAML"),
+        "negative.yaml": (
+            dump(negative),
+            "operators[0].inputs[0].shape[1]: must be positive, got -1",
+        ),
+        "wrong_type.yaml": (
+            dump(wrong_type),
+            "operators[1].flops: input should be a valid integer",
+        ),
+        "unknown.yaml": (dump(unknown), "model.colour: unknown field"),
+        "version.yaml": (dump(version), "spec_version: unknown spec_version 99"),
+        "zero.yaml": (dump(zero), "model.inputs[0].shape[0]: must be positive, got 0"),
+    }
+
+
+def test_malformed_specs_fail_in_one_line_and_change_nothing(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    assert run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", db_url).code == 0
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(spec_dict("good", [linear_op(3, 5)])))
+    engine = make_engine(db_url)
+    before = snapshot(engine)
+    for name, (content, expected) in _bad_specs(tmp_path).items():
+        path = tmp_path / name
+        path.write_text(content)
+        # The good spec comes first: it must not be written either.
+        result = run_cli(capsys, "ingest", str(good), str(path), "--db", db_url)
+        assert result.code == 1, name
+        assert result.out == ""
+        lines = result.err.strip().splitlines()
+        assert len(lines) == 1, result.err
+        assert lines[0].startswith(f"error: {path}: {expected}"), lines[0]
+        assert snapshot(engine) == before, name
+    engine.dispose()
+
+
+def test_fifty_megabyte_spec(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "big.yaml"
+    with path.open("w") as f:
+        for i in range(50 * 1024):
+            f.write(f"# {i:08d} " + "x" * 1010 + "\n")
+    engine = make_engine(db_url)
+    before = snapshot(engine)
+    result = run_cli(capsys, "ingest", str(path), "--db", db_url)
+    assert result.code == 1
+    assert result.err.strip() == (
+        f"error: {path}: file is {path.stat().st_size} bytes, over the limit of 16777216 bytes "
+        "(OPDB_MAX_SPEC_BYTES)"
+    )
+    assert snapshot(engine) == before
+    engine.dispose()
+
+
+def test_changed_spec_says_it_replaced(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "toy.yaml"
+    data = spec_dict("toy")
+    path.write_text(yaml.safe_dump(data))
+    assert run_cli(capsys, "ingest", str(path), "--db", db_url).code == 0
+    changed = copy.deepcopy(data)
+    changed["operators"][0]["count"] = 4
+    path.write_text(yaml.safe_dump(changed))
+    result = run_cli(capsys, "ingest", str(path), "--db", db_url)
+    assert result.code == 0
+    assert f"{path}: content changed, replaced the operator list of toy" in result.out
+    assert counts_of(db_url)["model_operators"] == 2
+
+
+def test_mark_processed(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(spec_dict("toy")) + "processed: false\n")
+    assert run_cli(capsys, "ingest", str(path), "--db", db_url, "--mark-processed").code == 0
+    assert path.read_text().endswith("processed: true\n")
+    # Marking is not content: ingesting the marked file changes nothing.
+    assert "unchanged" in run_cli(capsys, "ingest", str(path), "--db", db_url).out
+
+
+def test_unreachable_database_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    url = "postgresql+psycopg://postgres:secret@127.0.0.1:1/none"
+    result = run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", url)
+    assert result.code == 1
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        "error: database postgresql+psycopg://postgres:***@127.0.0.1:1/none is unavailable: "
+    )
+    assert "secret" not in result.err
+
+
+def test_postgres_behind_head_is_not_migrated_silently(
+    capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
+) -> None:
+    url = next(request.getfixturevalue("postgres_fresh"))
+    result = run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", url)
+    assert result.code == 1
+    assert "is empty, the code expects 0001: run `opdb db upgrade`" in result.err
+    engine = make_engine(url)
+    assert inspect(engine).get_table_names() == []
+    engine.dispose()
+
+
+def test_sqlite_default_is_created_and_upgraded_on_first_use(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # conftest points OPDB_DATABASE_URL at tmp_path/default.sqlite, which does not exist yet.
+    result = run_cli(capsys, "demo")
+    assert result.code == 0, result.err
+    assert (tmp_path / "default.sqlite").exists()
+    assert "mlp-small-b8" in result.out
+    status = run_cli(capsys, "db", "status")
+    assert "revision: 0001 (code expects 0001)" in status.out
+    again = run_cli(capsys, "demo")
+    assert "unchanged" in again.out
+
+
+def test_models_list_and_show(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    assert run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", db_url).code == 0
+    listing = run_cli(capsys, "models", "list", "--db", db_url)
+    assert listing.code == 0
+    assert "mlp-deep-b8" in listing.out and "mlp-small-b8" in listing.out
+    shown = run_cli(capsys, "models", "show", "mlp-small-b8", "--db", db_url)
+    assert shown.code == 0 and "torch.nn.Linear" in shown.out and "8x784" in shown.out
+    missing = run_cli(capsys, "models", "show", "resnet", "--db", db_url)
+    assert missing.code == 1
+    assert missing.err.strip() == (
+        "error: no model named 'resnet'; known: mlp-deep-b8, mlp-small-b8"
+    )
+
+
+def test_db_downgrade_and_upgrade(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    assert run_cli(capsys, "db", "downgrade", "base", "--db", db_url).code == 0
+    engine = make_engine(db_url)
+    assert set(inspect(engine).get_table_names()) == {"alembic_version"}
+    engine.dispose()
+    up = run_cli(capsys, "db", "upgrade", "--db", db_url)
+    assert up.code == 0 and "at revision 0001" in up.out
+
+
+def test_usage_error_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(capsys, "--version").out.strip() == "opdb 0.1.0"
+    bad = run_cli(capsys, "ingest")
+    assert bad.code == 2 and "Missing argument" in bad.err
+
+
+def test_console_script_debug_traceback(tmp_path: Path) -> None:
+    """The installed entry point: one line by default, a traceback with OPDB_DEBUG=1."""
+    missing = tmp_path / "missing.yaml"
+    cmd = [sys.executable, "-m", "operator_db", "ingest", str(missing)]
+    env = {"PATH": "/usr/bin:/bin", "OPDB_DATABASE_URL": f"sqlite:///{tmp_path / 'x.sqlite'}"}
+    plain = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    assert plain.returncode == 1
+    assert plain.stderr.strip() == (
+        f"error: {missing}: no such file, or no spec (*.yaml, *.yml) matches it"
+    )
+    debug = subprocess.run(
+        cmd, capture_output=True, text=True, env={**env, "OPDB_DEBUG": "1"}, check=False
+    )
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "SpecError" in debug.stderr
+
+
+def test_postgres_url_constant_points_at_a_server() -> None:
+    assert POSTGRES_URL.startswith("postgresql")

@@ -1,0 +1,100 @@
+"""Helpers shared by tests: spec builders, table snapshots, running the CLI in-process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import inspect, select, text
+from sqlalchemy.engine import Engine
+
+from operator_db.cli.main import main
+from operator_db.store import TABLES
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE_SPECS = REPO / "measurement_specs"
+
+
+def linear_op(inp: int = 16, out: int = 32, batch: int = 4, count: int = 1) -> dict[str, Any]:
+    """Return a Linear operator entry (a spec's ``operators[i]``) with its FLOPs and bytes."""
+    return {
+        "op": "torch.nn.Linear",
+        "kind": "module",
+        "args": {"in_features": inp, "out_features": out, "bias": True},
+        "dtype": "float32",
+        "inputs": [{"shape": [batch, inp], "dtype": "float32"}],
+        "outputs": [{"shape": [batch, out], "dtype": "float32"}],
+        "count": count,
+        "flops": 2 * batch * inp * out,
+        "flop_rule": "matmul",
+        "bytes": 4 * (batch * inp + inp * out + out + batch * out),
+        "params": inp * out + out,
+        "locations": ["fc"],
+    }
+
+
+def relu_op(shape: list[int], count: int = 1) -> dict[str, Any]:
+    """Return a ReLU operator entry on a tensor of ``shape``."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    return {
+        "op": "torch.nn.ReLU",
+        "kind": "module",
+        "inputs": [{"shape": shape, "dtype": "float32"}],
+        "outputs": [{"shape": shape, "dtype": "float32"}],
+        "count": count,
+        "flops": numel,
+        "flop_rule": "elementwise",
+        "bytes": 8 * numel,
+    }
+
+
+def spec_dict(
+    name: str = "toy", operators: list[dict[str, Any]] | None = None, mode: str = "inference"
+) -> dict[str, Any]:
+    """Return a valid spec as a dict."""
+    return {
+        "spec_version": 1,
+        "model": {
+            "name": name,
+            "reference": "module:operator_db.examples:mlp",
+            "mode": mode,
+            "inputs": [{"name": "x", "shape": [4, 16], "dtype": "float32"}],
+        },
+        "operators": operators if operators is not None else [linear_op(), relu_op([4, 32], 2)],
+    }
+
+
+def snapshot(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    """Return every row of every table (alembic's own included), ordered, to compare states."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    with engine.connect() as conn:
+        for table in TABLES:
+            t = table.__table__
+            pk = list(t.primary_key.columns)
+            out[t.name] = [tuple(r) for r in conn.execute(select(t).order_by(*pk))]
+        if inspect(conn).has_table("alembic_version"):
+            out["alembic_version"] = [
+                tuple(r) for r in conn.execute(text("SELECT version_num FROM alembic_version"))
+            ]
+    return out
+
+
+@dataclass
+class CliResult:
+    """What one ``opdb`` run printed and returned."""
+
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> CliResult:
+    """Run ``opdb ARGS`` in-process and capture its exit code, stdout and stderr."""
+    capsys.readouterr()
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err)
