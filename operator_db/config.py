@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,6 +35,33 @@ class Settings(BaseSettings):
         default=True, description="Bring a SQLite database to the latest schema on first use."
     )
     sql_echo: bool = Field(default=False, description="Log every SQL statement.")
+    device: str = Field(
+        default="auto",
+        description="Device to measure on: auto (NVIDIA if NVML sees a GPU, else cpu), cpu, "
+        "nvidia[:N] (or cuda[:N]), or fake.",
+    )
+    fake_power_w: float = Field(
+        default=100.0, ge=0, description="Fake device: constant power draw, in W."
+    )
+    fake_update_period_s: float = Field(
+        default=0.02, gt=0, description="Fake device: energy counter update period, in s."
+    )
+    fake_energy_counter: bool = Field(
+        default=True,
+        description="Fake device: has an energy counter (false: energy from power integration).",
+    )
+    fake_fail: str = Field(
+        default="",
+        description="Fake device: comma-separated operations that always fail with a DeviceError "
+        "(open, energy, power, telemetry, synchronize).",
+    )
+    api_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token the REST API asks of writes; unset, the API refuses writes.",
+    )
+    api_protect_reads: bool = Field(
+        default=False, description="Ask the API token of reads too (reads are open by default)."
+    )
 
 
 @lru_cache(maxsize=1)

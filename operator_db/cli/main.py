@@ -16,6 +16,7 @@ from operator_db.cli import models as models_cli
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
 from operator_db.cli.ingest import ingest
+from operator_db.cli.serve import serve
 from operator_db.config import get_settings
 from operator_db.db.engine import describe_db_error
 from operator_db.errors import OperatorDBError
@@ -31,6 +32,7 @@ app.add_typer(db_cli.app, name="db")
 app.add_typer(models_cli.app, name="models")
 app.command()(ingest)
 app.command()(demo)
+app.command()(serve)
 
 
 def _version(value: bool) -> None:
