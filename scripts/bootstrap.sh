@@ -14,6 +14,8 @@ want="$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "installing operator-db and its dependencies into .venv (first run takes a few minutes)" >&2
   .venv/bin/python -m pip install --quiet --upgrade pip 2>/dev/null || true
-  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+  # pip warns about every missing mirror folder of this machine's pip config; keep the log readable.
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
   echo "$want" > "$stamp"
 fi

@@ -77,7 +77,9 @@ def _insert_ignoring_duplicates(session: Session, rows: list[dict[str, Any]]) ->
     for start in range(0, len(rows), _CHUNK):
         part = rows[start : start + _CHUNK]
         if dialect == "postgresql":
-            session.execute(pg_insert(OperatorConfig).on_conflict_do_nothing(index_elements=["key"]), part)
+            session.execute(
+                pg_insert(OperatorConfig).on_conflict_do_nothing(index_elements=["key"]), part
+            )
         elif dialect == "sqlite":
             session.execute(
                 sqlite_insert(OperatorConfig).on_conflict_do_nothing(index_elements=["key"]), part

@@ -103,9 +103,11 @@ def test_same_model_twice_in_a_batch_with_other_content(store: Store) -> None:
     other["operators"][0]["count"] = 9
     b = parse_spec(other, "b.yaml")
     before = snapshot(store.engine)
-    with pytest.raises(ConflictError, match="b.yaml: model.name: 'toy' is also in a.yaml"):
-        with store.transaction() as session:
-            ingest_specs(session, [a, b])
+    with (
+        pytest.raises(ConflictError, match="b.yaml: model.name: 'toy' is also in a.yaml"),
+        store.transaction() as session,
+    ):
+        ingest_specs(session, [a, b])
     assert snapshot(store.engine) == before
 
 
