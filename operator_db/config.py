@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -16,11 +17,75 @@ def default_database_url() -> str:
     return f"sqlite:///{path}"
 
 
+class MeasureSettings(BaseModel):
+    """How one configuration (or a whole model) is timed and its energy read.
+
+    Set from the environment as ``OPDB_MEASURE__<FIELD>`` (e.g. ``OPDB_MEASURE__TRIALS=2``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    warmup_s: float = Field(
+        default=0.025, ge=0, description="Warm-up before timing, in s (METHODOLOGY §3: >= 25 ms)."
+    )
+    warmup_min_calls: int = Field(default=3, ge=1, description="At least this many warm-up calls.")
+    block_min_s: float = Field(
+        default=0.01, gt=0, description="Each timed block lasts at least this long, in s."
+    )
+    max_calls_per_block: int = Field(default=100_000, ge=1)
+    blocks: int = Field(default=20, ge=3, description="Timed blocks (raw samples kept).")
+    noisy_iqr_ratio: float = Field(
+        default=0.10,
+        description="Flag 'noisy' when IQR/median exceeds this (torch.utils.benchmark).",
+    )
+    unstable_iqr_ratio: float = Field(
+        default=0.25, description="Re-time, then flag 'unstable', when IQR/median exceeds this."
+    )
+    retries_when_unstable: int = Field(default=2, ge=0)
+    cuda_graph_below_s: float = Field(
+        default=50e-6, ge=0, description="Also time as a CUDA graph when a call is faster, in s."
+    )
+    graph_unroll: int = Field(default=20, ge=1, description="Calls captured per CUDA graph.")
+    energy: bool = Field(default=True, description="Measure energy where the device can.")
+    energy_window_s: float = Field(
+        default=5.0, ge=0, description="Each energy window lasts at least this long, in s (§1)."
+    )
+    energy_window_min_calls: int = Field(
+        default=32, ge=1, description="And holds >= this many calls."
+    )
+    trials: int = Field(default=4, ge=1, description="Energy windows per configuration.")
+    max_gap_s: float = Field(
+        default=0.1, ge=0, description="Random idle gap before each trial, uniform in [0, this] s."
+    )
+    idle_window_s: float = Field(
+        default=5.0, ge=0, description="Idle-power baseline window at worker start, in s."
+    )
+    idle_every_s: float = Field(
+        default=600.0, gt=0, description="Re-measure the idle baseline this often, in s."
+    )
+    cooldown_s: float = Field(default=5.0, ge=0, description="Pause between jobs, in s.")
+    disagreement_limit: float = Field(
+        default=0.05,
+        description="Flag when counter and integrated energy differ by more (relative).",
+    )
+    threads: int | None = Field(
+        default=None, ge=1, description="CPU threads (torch.set_num_threads); None keeps torch's."
+    )
+    cache_mode: Literal["warm"] = Field(
+        default="warm", description="Inputs allocated once and reused (METHODOLOGY §3)."
+    )
+    seed: int = Field(default=0, description="Seed of inputs and of the random trial gaps.")
+
+
 class Settings(BaseSettings):
     """All tunables of operator-db; each field is read from ``OPDB_<FIELD>``."""
 
     model_config = SettingsConfigDict(
-        env_prefix="OPDB_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+        env_prefix="OPDB_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        env_nested_delimiter="__",
     )
 
     database_url: str = Field(
@@ -61,6 +126,10 @@ class Settings(BaseSettings):
     )
     api_protect_reads: bool = Field(
         default=False, description="Ask the API token of reads too (reads are open by default)."
+    )
+    measure: MeasureSettings = Field(
+        default_factory=MeasureSettings,
+        description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",
     )
 
 

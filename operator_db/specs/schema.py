@@ -86,6 +86,18 @@ class TensorSpec(_Strict):
         description="For integer inputs, values are drawn from [low, high) (e.g. token ids).",
     )
 
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _shape_as_list(cls, value: object) -> object:
+        # A torch.Size or tuple given from Python is a shape too; YAML gives lists.
+        return list(value) if isinstance(value, tuple) else value
+
+    @field_validator("value_range", mode="before")
+    @classmethod
+    def _range_as_tuple(cls, value: object) -> object:
+        # YAML and JSON give [low, high] as a list; strict mode would refuse it for a tuple.
+        return tuple(value) if isinstance(value, list) else value
+
     @field_validator("shape")
     @classmethod
     def _not_absurd(cls, shape: list[int]) -> list[int]:

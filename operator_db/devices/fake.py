@@ -1,0 +1,241 @@
+"""A fake GPU with deterministic counters and settable failures, for tests and CI."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from operator_db.devices.base import (
+    Clock,
+    Device,
+    DeviceIdentity,
+    DeviceKind,
+    PowerSample,
+    Sleep,
+    Telemetry,
+)
+from operator_db.errors import DeviceError, OperatorDBError
+
+FakeOperation = Literal["open", "energy", "power", "telemetry", "synchronize"]
+FAKE_OPERATIONS: tuple[str, ...] = ("open", "energy", "power", "telemetry", "synchronize")
+
+
+class FakeDevice(Device):
+    """A device whose power is set, not measured; its torch device is the CPU.
+
+    Power is piecewise constant (``power_mw`` at open, changed by ``set_power_mw``); the energy
+    counter is its exact integral, in whole mJ, and like NVML's it only moves once per
+    ``update_period_s``: a read at time t sees the value of the last update before t. Power samples
+    carry the timestamp of that update. Time comes from the injected ``clock`` (ns), so with a
+    manual clock every reading is known in advance: energy = P × elapsed.
+
+    Failures: ``fail_on[op] = error`` makes every call of ``op`` raise; ``fail_next(op, error, n)``
+    makes the next n calls raise; ``refuse_open`` makes the constructor raise. ``calls`` counts the
+    calls of each operation (failed ones included).
+    """
+
+    kind: ClassVar[DeviceKind] = "fake"
+
+    def __init__(
+        self,
+        *,
+        name: str = "FakeGPU",
+        power_mw: float = 100_000.0,
+        update_period_s: float = 0.02,
+        has_energy_counter: bool = True,
+        has_power: bool = True,
+        clock_event_reasons: int = 0,
+        temperature_c: float = 40.0,
+        refuse_open: bool | OperatorDBError = False,
+        fail_on: Mapping[str, OperatorDBError] | None = None,
+        clock: Clock = time.perf_counter_ns,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        """Open the fake device.
+
+        Raises:
+            DeviceError: ``refuse_open`` is True (or the given error when it is an error).
+            ValueError: a non-positive ``update_period_s``, negative power or unknown operation.
+        """
+        super().__init__(clock=clock, sleep=sleep)
+        if update_period_s <= 0:
+            raise ValueError("update_period_s must be > 0")
+        if power_mw < 0:
+            raise ValueError("power_mw must be >= 0")
+        self._lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.fail_on: dict[str, OperatorDBError] = {}
+        self._fail_queue: defaultdict[str, list[OperatorDBError]] = defaultdict(list)
+        for op, error in (fail_on or {}).items():
+            self.fail_on[_check_op(op)] = error
+        if refuse_open is not False:
+            error = (
+                refuse_open
+                if isinstance(refuse_open, OperatorDBError)
+                else DeviceError(f"fake device {name!r} refused to open (refuse_open)")
+            )
+            self.fail_on.setdefault("open", error)
+        self._check("open")
+        self.update_period_s = update_period_s
+        self.has_energy_counter = has_energy_counter
+        self.has_power = has_power
+        self.clock_event_reasons = clock_event_reasons
+        self.temperature_c = temperature_c
+        self._period_ns = round(update_period_s * 1e9)
+        self._t0_ns = clock()
+        self._segments: list[tuple[int, float]] = [(self._t0_ns, float(power_mw))]
+        self._identity = DeviceIdentity(
+            kind="fake",
+            name=f"fake:{name}",
+            vendor="operator-db",
+            device_id="fake-0",
+            architecture="fake",
+            driver_version="fake",
+            extra={"update_period_s": update_period_s},
+        )
+
+    # failures ---------------------------------------------------------------------------------
+
+    def fail_next(self, op: str, error: OperatorDBError, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``op`` raise ``error``."""
+        with self._lock:
+            self._fail_queue[_check_op(op)].extend([error] * times)
+
+    def _check(self, op: str) -> None:
+        with self._lock:
+            self.calls[op] += 1
+            if self._closed:
+                raise DeviceError(f"fake device is closed ({op})")
+            queue = self._fail_queue.get(op)
+            if queue:
+                raise queue.pop(0)
+            if op in self.fail_on:
+                raise self.fail_on[op]
+
+    # the simulated physics ------------------------------------------------------------------
+
+    def set_power_mw(self, power_mw: float) -> None:
+        """Draw ``power_mw`` from now on."""
+        if power_mw < 0:
+            raise ValueError("power_mw must be >= 0")
+        now = self._clock()
+        with self._lock:
+            self._segments.append((max(now, self._segments[-1][0]), float(power_mw)))
+
+    def _updated_at_ns(self, now_ns: int) -> int:
+        """Return the time of the last counter update at or before ``now_ns``."""
+        return self._t0_ns + (now_ns - self._t0_ns) // self._period_ns * self._period_ns
+
+    def _power_at(self, t_ns: int) -> float:
+        power = self._segments[0][1]
+        for start, value in self._segments:
+            if start > t_ns:
+                break
+            power = value
+        return power
+
+    def energy_between_mj(self, start_ns: int, end_ns: int) -> float:
+        """Return the exact energy drawn between two clock readings, in mJ (mW × s)."""
+        total = 0.0
+        with self._lock:
+            segments = list(self._segments)
+        for i, (seg_start, power) in enumerate(segments):
+            seg_end = segments[i + 1][0] if i + 1 < len(segments) else end_ns
+            lo, hi = max(seg_start, start_ns), min(seg_end, end_ns)
+            if hi > lo:
+                total += power * (hi - lo) / 1e9
+        return total
+
+    # the Device interface ---------------------------------------------------------------------
+
+    def identity(self) -> DeviceIdentity:
+        """Return ``fake:<name>``, vendor ``operator-db``, device id ``fake-0``."""
+        return self._identity
+
+    def torch_device(self) -> torch.device:
+        """Return ``cpu``: operators really run, on the CPU."""
+        return torch.device("cpu")
+
+    def synchronize(self) -> None:
+        """Do nothing but count the call (and fail if told to)."""
+        self._check("synchronize")
+
+    def energy_mj(self) -> int | None:
+        """Return whole mJ drawn since open, as of the last counter update; None without counter.
+
+        Raises:
+            OperatorDBError: a failure set with ``fail_on`` or ``fail_next``.
+        """
+        self._check("energy")
+        if not self.has_energy_counter:
+            return None
+        updated = self._updated_at_ns(self._clock())
+        return int(self.energy_between_mj(self._t0_ns, updated))
+
+    def energy_unavailable_reason(self) -> str | None:
+        """Say the counter is switched off (``has_energy_counter=False``), or None."""
+        if self.has_energy_counter:
+            return None
+        return "energy unavailable: fake device configured without an energy counter"
+
+    def power_mw(self) -> PowerSample | None:
+        """Return the power as of the last update, stamped with that update's time (µs).
+
+        Raises:
+            OperatorDBError: a failure set with ``fail_on`` or ``fail_next``.
+        """
+        self._check("power")
+        if not self.has_power:
+            return None
+        updated = self._updated_at_ns(self._clock())
+        with self._lock:
+            power = self._power_at(updated)
+        return PowerSample(updated // 1000, power)
+
+    def power_unavailable_reason(self) -> str | None:
+        """Say power is switched off (``has_power=False``), or None."""
+        if self.has_power:
+            return None
+        return "power unavailable: fake device configured without a power reading"
+
+    def power_scope(self) -> str | None:
+        """Return ``"fake"`` when the device has power readings."""
+        return "fake" if self.has_power else None
+
+    def _update_probe(self) -> Callable[[], object] | None:
+        if self.has_energy_counter:
+            return self.energy_mj
+        if self.has_power:
+            return lambda: sample.timestamp_us if (sample := self.power_mw()) else None
+        return None
+
+    def telemetry(self) -> Telemetry:
+        """Return fixed clocks (1980/2619 MHz), ``temperature_c``, 700 W and the set reasons.
+
+        Raises:
+            OperatorDBError: a failure set with ``fail_on`` or ``fail_next``.
+        """
+        self._check("telemetry")
+        return Telemetry(
+            timestamp_us=self.timestamp_us(),
+            sm_clock_mhz=1980,
+            mem_clock_mhz=2619,
+            temperature_c=self.temperature_c,
+            power_limit_w=700.0,
+            clock_event_reasons=self.clock_event_reasons,
+        )
+
+    def context_telemetry(self) -> dict[str, Any]:
+        """Return a fixed, plausible snapshot."""
+        return {"gpu_utilization_pct": 0, "memory_used_bytes": 0, "processes": []}
+
+
+def _check_op(op: str) -> str:
+    if op not in FAKE_OPERATIONS:
+        raise ValueError(f"unknown fake-device operation {op!r}; expected one of {FAKE_OPERATIONS}")
+    return op

@@ -1,0 +1,379 @@
+"""Time and energy of one callable on one device, by METHODOLOGY.md.
+
+The callable is one call of an operator (or a whole model) on inputs allocated once and reused.
+Time: warm-up, then blocks of back-to-back calls (CUDA events on a GPU, ``perf_counter_ns`` with a
+synchronize elsewhere), per-call time = block time / calls; fast GPU ops are also timed as a CUDA
+graph of unrolled calls. Energy: several trials, each after a random idle gap, each a window of at
+least ``energy_window_s`` and ``energy_window_min_calls`` calls, read from the energy counter and
+from integrated power samples. Every statistic is derived from the raw samples kept in the result.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from operator_db.devices.base import Clock, Device, Sleep
+from operator_db.devices.power import EnergyWindow, EnergyWindowResult
+from operator_db.errors import DeviceError, MeasurementError
+from operator_db.measure.settings import MeasureSettings
+from operator_db.measure.stats import Summary, summarize
+
+Call = Callable[[], object]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times of one timing method, from ``len(block_s)`` blocks."""
+
+    method: Literal["eager", "graph"]
+    calls_per_block: int
+    block_s: tuple[float, ...]
+    """Raw block durations in seconds."""
+    flags: tuple[str, ...] = ()
+
+    @property
+    def per_call_s(self) -> tuple[float, ...]:
+        """Per-call time of each block, in seconds."""
+        return tuple(b / self.calls_per_block for b in self.block_s)
+
+    @property
+    def summary(self) -> Summary:
+        """Statistics of the per-call times, in seconds."""
+        return summarize(self.per_call_s)
+
+
+@dataclass(frozen=True)
+class EnergyTrial:
+    """One energy window: its idle gap before, its calls, the window and the telemetry around it."""
+
+    index: int
+    gap_s: float
+    calls: int
+    window: EnergyWindowResult
+    telemetry_start: dict[str, Any]
+    telemetry_end: dict[str, Any]
+    throttled: bool
+    power_capped: bool
+
+    @property
+    def energy_per_call_j(self) -> float | None:
+        """Window energy / calls, in J."""
+        e = self.window.energy_mj
+        return None if e is None else e / 1000 / self.calls
+
+    def dynamic_per_call_j(self, idle_power_w: float | None) -> float | None:
+        """(Window energy − idle power × window length) / calls, in J."""
+        e = self.window.energy_mj
+        if e is None or idle_power_w is None:
+            return None
+        return (e / 1000 - idle_power_w * self.window.duration_s) / self.calls
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Everything one measurement produced; statistics are properties over the raw samples."""
+
+    timings: tuple[Timing, ...]
+    trials: tuple[EnergyTrial, ...]
+    energy_unavailable: str | None
+    idle_power_w: float | None
+    flags: tuple[str, ...]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def eager(self) -> Timing:
+        """The eager timing (always present)."""
+        return next(t for t in self.timings if t.method == "eager")
+
+    @property
+    def energy_per_call(self) -> Summary | None:
+        """Statistics over trials of energy per call, in J."""
+        values = [v for t in self.trials if (v := t.energy_per_call_j) is not None]
+        return summarize(values) if values else None
+
+    @property
+    def dynamic_energy_per_call_j(self) -> float | None:
+        """Median over trials of dynamic energy per call, in J."""
+        values = [
+            v for t in self.trials if (v := t.dynamic_per_call_j(self.idle_power_w)) is not None
+        ]
+        return summarize(values).median if values else None
+
+    @property
+    def energy_source(self) -> str | None:
+        """'counter', 'power_integration' or 'rapl' (CPU counter); None without energy."""
+        sources = sorted({s for t in self.trials if (s := t.window.source) is not None})
+        return sources[0] if sources else None
+
+    @property
+    def power_mean_w(self) -> float | None:
+        """Median over trials of the window's mean power, in W."""
+        values = [p for t in self.trials if (p := t.window.mean_power_w) is not None]
+        return summarize(values).median if values else None
+
+    @property
+    def disagreement(self) -> float | None:
+        """Largest relative disagreement of counter and integrated energy over trials."""
+        values = [d for t in self.trials if (d := t.window.disagreement) is not None]
+        return max(values, key=abs) if values else None
+
+    def raw(self) -> dict[str, Any]:
+        """Return the raw samples as JSON-ready data (kept in the database)."""
+        return {
+            "timings": [
+                {
+                    "method": t.method,
+                    "calls_per_block": t.calls_per_block,
+                    "block_s": list(t.block_s),
+                    "flags": list(t.flags),
+                }
+                for t in self.timings
+            ],
+            "trials": [
+                {
+                    "index": t.index,
+                    "gap_s": t.gap_s,
+                    "calls": t.calls,
+                    "window": t.window.as_dict(),
+                    "telemetry_start": t.telemetry_start,
+                    "telemetry_end": t.telemetry_end,
+                }
+                for t in self.trials
+            ],
+            "idle_power_w": self.idle_power_w,
+        }
+
+
+def _cuda_event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
+class _Timer:
+    """Times a block of calls: CUDA events on a GPU, a host clock around synchronize elsewhere."""
+
+    def __init__(self, device: Device, clock: Clock) -> None:
+        self.device = device
+        self.clock = clock
+        self.cuda = device.torch_device().type == "cuda"
+
+    def block_s(self, run: Call, calls: int) -> float:
+        if self.cuda:
+            start = _cuda_event()
+            end = _cuda_event()
+            start.record()
+            for _ in range(calls):
+                run()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1000
+        self.device.synchronize()
+        t0 = self.clock()
+        for _ in range(calls):
+            run()
+        self.device.synchronize()
+        return (self.clock() - t0) / 1e9
+
+
+def warm_up(run: Call, timer: _Timer, settings: MeasureSettings) -> float:
+    """Run until ``warmup_s`` and ``warmup_min_calls`` are reached; return the last per-call s."""
+    calls = 0
+    spent = 0.0
+    per_call = 0.0
+    batch = 1
+    while calls < settings.warmup_min_calls or spent < settings.warmup_s:
+        elapsed = timer.block_s(run, batch)
+        per_call = elapsed / batch
+        spent += elapsed
+        calls += batch
+        batch = min(batch * 2, settings.max_calls_per_block)
+    return per_call
+
+
+def calls_for(duration_s: float, per_call_s: float, minimum: int, maximum: int) -> int:
+    """Return how many calls of ``per_call_s`` seconds fill ``duration_s`` (within the bounds)."""
+    if per_call_s <= 0:
+        return maximum
+    return max(minimum, min(maximum, math.ceil(duration_s / per_call_s)))
+
+
+def time_blocks(run: Call, timer: _Timer, settings: MeasureSettings, per_call_s: float) -> Timing:
+    """Time ``blocks`` blocks; re-time while IQR/median exceeds the unstable ratio (a few times)."""
+    calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
+    best: Timing | None = None
+    for _attempt in range(settings.retries_when_unstable + 1):
+        blocks = tuple(timer.block_s(run, calls) for _ in range(settings.blocks))
+        timing = Timing("eager", calls, blocks)
+        if best is None or timing.summary.iqr_ratio < best.summary.iqr_ratio:
+            best = timing
+        if timing.summary.iqr_ratio <= settings.unstable_iqr_ratio:
+            break
+    assert best is not None
+    return Timing("eager", best.calls_per_block, best.block_s, _time_flags(best.summary, settings))
+
+
+def _time_flags(summary: Summary, settings: MeasureSettings) -> tuple[str, ...]:
+    ratio = summary.iqr_ratio
+    if ratio > settings.unstable_iqr_ratio:
+        return ("unstable",)
+    if ratio > settings.noisy_iqr_ratio:
+        return ("noisy",)
+    return ()
+
+
+def time_cuda_graph(run: Call, settings: MeasureSettings, per_call_s: float) -> Timing:
+    """Time ``graph_unroll`` calls captured as one CUDA graph (launch gaps removed).
+
+    Raises:
+        MeasurementError: the op cannot be captured (data-dependent shapes, host syncs, ...).
+    """
+    try:
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(settings.graph_unroll):
+                run()
+    except Exception as exc:  # noqa: BLE001 - any capture failure means "no graph timing"
+        raise MeasurementError(f"CUDA graph capture failed: {str(exc).splitlines()[0]}") from None
+    replays = calls_for(settings.block_min_s, per_call_s * settings.graph_unroll, 1, 10_000)
+    blocks = []
+    for _ in range(settings.blocks):
+        start = _cuda_event()
+        end = _cuda_event()
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        blocks.append(float(start.elapsed_time(end)) / 1000)
+    timing = Timing("graph", replays * settings.graph_unroll, tuple(blocks))
+    return Timing(
+        "graph", timing.calls_per_block, timing.block_s, _time_flags(timing.summary, settings)
+    )
+
+
+def _telemetry(device: Device) -> tuple[dict[str, Any], bool, bool]:
+    try:
+        t = device.telemetry()
+    except DeviceError as exc:
+        return {"error": str(exc)}, False, False
+    return t.as_dict(), t.throttled, t.power_capped
+
+
+def energy_trials(
+    run: Call,
+    device: Device,
+    settings: MeasureSettings,
+    per_call_s: float,
+    *,
+    sleep: Sleep,
+    rng: random.Random,
+) -> list[EnergyTrial]:
+    """Run ``trials`` energy windows, each after a random idle gap."""
+    calls = calls_for(settings.energy_window_s, per_call_s, settings.energy_window_min_calls, 10**9)
+    trials = []
+    for index in range(settings.trials):
+        gap = rng.uniform(0.0, settings.max_gap_s)
+        if gap:
+            sleep(gap)
+        before, throttled_a, capped_a = _telemetry(device)
+        with EnergyWindow(device) as window:
+            for _ in range(calls):
+                run()
+        after, throttled_b, capped_b = _telemetry(device)
+        assert window.result is not None
+        trials.append(
+            EnergyTrial(
+                index,
+                gap,
+                calls,
+                window.result,
+                before,
+                after,
+                throttled_a or throttled_b,
+                capped_a or capped_b,
+            )
+        )
+    return trials
+
+
+def energy_unavailable(device: Device) -> str | None:
+    """Return why ``device`` can give no energy at all, or None if a counter or power exists."""
+    counter = device.energy_unavailable_reason()
+    power = device.power_unavailable_reason()
+    if counter is None or power is None:
+        return None
+    return counter
+
+
+def idle_power_w(device: Device, window_s: float, *, sleep: Sleep = time.sleep) -> float | None:
+    """Measure the idle power over ``window_s`` seconds, in W; None without energy."""
+    if energy_unavailable(device) is not None:
+        return None
+    with EnergyWindow(device) as window:
+        sleep(window_s)
+    assert window.result is not None
+    return window.result.mean_power_w
+
+
+def measure(
+    run: Call,
+    device: Device,
+    settings: MeasureSettings,
+    *,
+    idle_power: float | None = None,
+    clock: Clock = time.perf_counter_ns,
+    sleep: Sleep = time.sleep,
+) -> MeasureResult:
+    """Measure ``run`` (one call, reused inputs) on ``device``.
+
+    Raises:
+        MeasurementError: the call failed, or produced no usable timing.
+        DeviceError: the device failed while reading energy.
+    """
+    timer = _Timer(device, clock)
+    rng = random.Random(settings.seed)
+    per_call = warm_up(run, timer, settings)
+    eager = time_blocks(run, timer, settings, per_call)
+    per_call = eager.summary.median
+    timings = [eager]
+    flags = list(eager.flags)
+    if timer.cuda and per_call < settings.cuda_graph_below_s:
+        try:
+            timings.append(time_cuda_graph(run, settings, per_call))
+        except MeasurementError as exc:
+            flags.append("graph_unavailable")
+            flags.append(str(exc))
+    reason = energy_unavailable(device) if settings.energy else "energy measurement disabled"
+    trials: list[EnergyTrial] = []
+    if reason is None:
+        trials = energy_trials(run, device, settings, per_call, sleep=sleep, rng=rng)
+        if any(t.throttled for t in trials):
+            flags.append("throttled")
+        if any(t.power_capped for t in trials):
+            flags.append("power_capped")
+        result_disagreement = [
+            d
+            for t in trials
+            if (d := t.window.disagreement) is not None and t.window.duration_s >= 1.0
+        ]
+        if any(abs(d) > settings.disagreement_limit for d in result_disagreement):
+            flags.append("energy_disagreement")
+        energies = [e for t in trials if (e := t.energy_per_call_j) is not None]
+        if len(energies) > 1 and summarize(energies).iqr_ratio > settings.noisy_iqr_ratio:
+            flags.append("energy_noisy")
+    provenance = {**device.provenance(), "settings": settings.model_dump()}
+    return MeasureResult(
+        tuple(timings), tuple(trials), reason, idle_power, tuple(flags), provenance
+    )

@@ -1,0 +1,185 @@
+"""The measurement method on the fake device with a manual clock: every figure is known exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from operator_db.devices.fake import FakeDevice
+from operator_db.measure.engine import idle_power_w, measure
+from operator_db.measure.settings import fast_settings
+from operator_db.measure.stats import quantile, summarize
+
+
+class ManualClock:
+    """A clock in ns that only moves when told: each op call and each sleep advance it."""
+
+    def __init__(self) -> None:
+        self.ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def sleep(self, seconds: float) -> None:
+        self.ns += round(seconds * 1e9)
+
+
+def op(clock: ManualClock, durations_s: list[float] | None = None):  # type: ignore[no-untyped-def]
+    """An 'operator' whose calls take 1 ms each (or the given durations, cycled)."""
+    calls = {"n": 0}
+
+    def run() -> None:
+        d = durations_s[calls["n"] % len(durations_s)] if durations_s else 1e-3
+        calls["n"] += 1
+        clock.sleep(d)
+
+    run.calls = calls  # type: ignore[attr-defined]
+    return run
+
+
+def test_summary_statistics() -> None:
+    values = [1.0, 2.0, 3.0, 4.0, 100.0] + [2.5] * 15
+    s = summarize(values)
+    assert s.n == 20
+    assert s.median == 2.5
+    assert s.iqr == pytest.approx(quantile(sorted(values), 0.75) - quantile(sorted(values), 0.25))
+    assert s.mean == pytest.approx((1 + 2 + 3 + 4 + 2.5 * 15) / 19)  # 100 is beyond 3σ
+    assert s.minimum == 1.0 and s.maximum == 100.0
+    assert summarize([2.0]).cv == 0.0
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.25) == 1.75
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_exact_time_and_energy_per_call() -> None:
+    clock = ManualClock()
+    device = FakeDevice(power_mw=100_000, update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    settings = fast_settings(
+        block_min_s=0.01,
+        blocks=7,
+        trials=3,
+        energy_window_s=0.5,
+        energy_window_min_calls=32,
+        max_gap_s=0.1,
+        seed=7,
+    )
+    run = op(clock)
+    result = measure(run, device, settings, idle_power=40.0, clock=clock, sleep=clock.sleep)
+    eager = result.eager
+    assert eager.calls_per_block == 10
+    assert len(eager.block_s) == 7
+    assert eager.summary.median == pytest.approx(1e-3)
+    assert eager.summary.iqr == pytest.approx(0.0, abs=1e-12)
+    assert result.flags == ()
+    assert len(result.trials) == 3
+    assert [t.calls for t in result.trials] == [500, 500, 500]  # 0.5 s / 1 ms, above 32 calls
+    assert all(0.0 <= t.gap_s <= 0.1 for t in result.trials)
+    assert len({t.gap_s for t in result.trials}) == 3
+    energy = result.energy_per_call
+    assert energy is not None
+    assert energy.median == pytest.approx(0.1, rel=0.01)  # 100 W × 1 ms
+    assert result.dynamic_energy_per_call_j == pytest.approx(0.06, rel=0.02)  # (100 − 40) W × 1 ms
+    assert result.energy_source == "counter"
+    assert result.power_mean_w == pytest.approx(100.0, rel=0.01)
+    raw = result.raw()
+    assert len(raw["timings"][0]["block_s"]) == 7
+    assert len(raw["trials"]) == 3 and raw["trials"][0]["window"]["samples"]
+    assert result.provenance["settings"]["trials"] == 3
+
+
+def test_trial_gaps_follow_the_seed() -> None:
+    def gaps(seed: int) -> list[float]:
+        clock = ManualClock()
+        device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+        r = measure(
+            op(clock),
+            device,
+            fast_settings(max_gap_s=0.1, seed=seed),
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        return [t.gap_s for t in r.trials]
+
+    assert gaps(1) == gaps(1)
+    assert gaps(1) != gaps(2)
+
+
+def test_windows_hold_at_least_the_minimum_calls() -> None:
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    settings = fast_settings(energy_window_s=0.001, energy_window_min_calls=32)
+    result = measure(op(clock), device, settings, clock=clock, sleep=clock.sleep)
+    assert [t.calls for t in result.trials] == [32, 32]
+
+
+def test_noisy_and_unstable_flags() -> None:
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    # Blocks of one call alternating 1.0 and 1.15 ms: IQR/median ≈ 0.14 → noisy, not unstable.
+    noisy = measure(
+        op(clock, [1e-3, 1.15e-3]),
+        device,
+        fast_settings(block_min_s=1e-4, blocks=8, energy=False),
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert noisy.eager.calls_per_block == 1
+    assert noisy.flags == ("noisy",)
+    unstable = measure(
+        op(clock, [1e-3, 2e-3]),
+        device,
+        fast_settings(block_min_s=1e-4, blocks=8, energy=False, retries_when_unstable=2),
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert unstable.flags == ("unstable",)
+
+
+def test_throttled_trials_are_flagged() -> None:
+    clock = ManualClock()
+    device = FakeDevice(
+        update_period_s=0.001, clock_event_reasons=0x40 | 0x4, clock=clock, sleep=clock.sleep
+    )
+    result = measure(op(clock), device, fast_settings(), clock=clock, sleep=clock.sleep)
+    assert result.flags == ("throttled", "power_capped")
+    assert all(t.throttled and t.power_capped for t in result.trials)
+
+
+def test_no_energy_source_says_why() -> None:
+    clock = ManualClock()
+    device = FakeDevice(has_energy_counter=False, has_power=False, clock=clock, sleep=clock.sleep)
+    result = measure(op(clock), device, fast_settings(), clock=clock, sleep=clock.sleep)
+    assert result.trials == ()
+    assert result.energy_per_call is None
+    assert result.energy_unavailable == (
+        "energy unavailable: fake device configured without an energy counter"
+    )
+    disabled = measure(
+        op(clock), device, fast_settings(energy=False), clock=clock, sleep=clock.sleep
+    )
+    assert disabled.energy_unavailable == "energy measurement disabled"
+
+
+def test_power_integration_only_fallback() -> None:
+    """Pre-Volta: no counter, power samples integrated with the trapezoid rule."""
+    clock = ManualClock()
+    device = FakeDevice(
+        power_mw=50_000,
+        has_energy_counter=False,
+        update_period_s=0.001,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    settings = fast_settings(energy_window_s=0.2)
+    result = measure(op(clock), device, settings, clock=clock, sleep=clock.sleep)
+    assert result.energy_source == "power_integration"
+    energy = result.energy_per_call
+    assert energy is not None
+    assert energy.median == pytest.approx(0.05, rel=0.05)  # 50 W × 1 ms
+
+
+def test_idle_power() -> None:
+    clock = ManualClock()
+    device = FakeDevice(power_mw=42_000, update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    assert idle_power_w(device, 1.0, sleep=clock.sleep) == pytest.approx(42.0, rel=0.01)
+    cpu_like = FakeDevice(has_energy_counter=False, has_power=False)
+    assert idle_power_w(cpu_like, 1.0, sleep=clock.sleep) is None
