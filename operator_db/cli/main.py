@@ -15,8 +15,10 @@ from operator_db.cli import db as db_cli
 from operator_db.cli import models as models_cli
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
+from operator_db.cli.harvest import harvest
 from operator_db.cli.ingest import ingest
 from operator_db.cli.serve import serve
+from operator_db.cli.work import enqueue, jobs_status, measure, worker
 from operator_db.config import get_settings
 from operator_db.db.engine import describe_db_error
 from operator_db.errors import OperatorDBError
@@ -30,9 +32,14 @@ app = typer.Typer(
 )
 app.add_typer(db_cli.app, name="db")
 app.add_typer(models_cli.app, name="models")
+app.command()(harvest)
 app.command()(ingest)
 app.command()(demo)
 app.command()(serve)
+app.command()(enqueue)
+app.command()(worker)
+app.command()(measure)
+app.command("jobs")(jobs_status)
 
 
 def _version(value: bool) -> None:
