@@ -6,6 +6,9 @@ from __future__ import annotations
 class OperatorDBError(Exception):
     """Root of every error operator-db raises on purpose; its message is one line for a user."""
 
+    retryable: bool = False
+    """Whether trying again may succeed (a device or database hiccup), as opposed to bad input."""
+
 
 class ConfigurationError(OperatorDBError):
     """A setting is missing or invalid."""
@@ -33,9 +36,13 @@ class ConflictError(OperatorDBError):
 class DatabaseError(OperatorDBError):
     """The database cannot be reached or is not at the schema revision this code expects."""
 
+    retryable = True
+
 
 class DeviceError(OperatorDBError):
     """A device refused or failed an operation."""
+
+    retryable = True
 
 
 class DeviceUnsupportedError(DeviceError):
@@ -52,3 +59,5 @@ class HarvestError(OperatorDBError):
 
 class MeasurementError(OperatorDBError):
     """A measurement could not be taken."""
+
+    retryable = True

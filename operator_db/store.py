@@ -23,6 +23,7 @@ class Store:
     engine: Engine
     sessions: sessionmaker[Session]
     url: str
+    read_sessions: sessionmaker[Session] | None = None
 
     @classmethod
     def open(
@@ -40,7 +41,7 @@ class Store:
             except BaseException:
                 engine.dispose()
                 raise
-        return cls(engine, make_sessionmaker(engine), url)
+        return cls(engine, make_sessionmaker(engine), url, make_sessionmaker(engine, write=False))
 
     @classmethod
     def from_settings(cls, settings: Settings, *, migrate: bool = True) -> Store:
@@ -53,13 +54,17 @@ class Store:
         )
 
     @contextmanager
-    def transaction(self) -> Iterator[Session]:
+    def transaction(self, *, read_only: bool = False) -> Iterator[Session]:
         """Yield a session that commits when the block ends, or rolls everything back.
+
+        Keep write transactions short: on SQLite one holds the database's write lock from its
+        first statement. ``read_only`` transactions take no lock.
 
         Raises:
             DatabaseError: the database failed; nothing of the block was kept.
         """
-        session = self.sessions()
+        factory = self.read_sessions if read_only and self.read_sessions else self.sessions
+        session = factory()
         try:
             yield session
             session.commit()

@@ -34,6 +34,23 @@ def _admin_engine():  # type: ignore[no-untyped-def]
     return create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
 
+def _owner_alive(database: str) -> bool:
+    """Whether the test process that created ``database`` (its pid is in the name) still runs.
+
+    Concurrent test runs share the server: only databases of dead runs are removed.
+    """
+    pid = database.removeprefix(_PG_PREFIX).split("_", 1)[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _postgres_unavailable() -> str | None:
     try:
         engine = _admin_engine()
@@ -77,18 +94,14 @@ def postgres_template() -> Iterator[str]:
             pytest.fail(reason + " (OPDB_TEST_REQUIRE_POSTGRES is set)")
         pytest.skip(reason)
     admin = _admin_engine()
-    with admin.connect() as conn:  # leftovers of an interrupted earlier run
-        stale = (
-            conn.execute(
-                text("SELECT datname FROM pg_database WHERE datname LIKE :p"),
-                {"p": _PG_PREFIX + "%"},
-            )
-            .scalars()
-            .all()
-        )
-        for name in stale:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    name = f"{_PG_PREFIX}template_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as conn:  # leftovers of interrupted earlier runs on this host
+        names = conn.execute(
+            text("SELECT datname FROM pg_database WHERE datname LIKE :p"), {"p": _PG_PREFIX + "%"}
+        ).scalars()
+        for name in list(names):
+            if not _owner_alive(name):
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    name = f"{_PG_PREFIX}{os.getpid()}_template_{uuid.uuid4().hex[:8]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
@@ -108,7 +121,7 @@ def _fresh_postgres(template: str | None) -> Iterator[str]:
             pytest.fail(reason + " (OPDB_TEST_REQUIRE_POSTGRES is set)")
         pytest.skip(reason)
     admin = _admin_engine()
-    name = f"{_PG_PREFIX}{uuid.uuid4().hex[:12]}"
+    name = f"{_PG_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
     with admin.connect() as conn:
         suffix = f' TEMPLATE "{template}"' if template else ""
         conn.execute(text(f'CREATE DATABASE "{name}"{suffix}'))

@@ -98,3 +98,18 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> CliResult:
     code = main(list(args))
     captured = capsys.readouterr()
     return CliResult(code, captured.out, captured.err)
+
+
+def result_row(**fields: Any) -> dict[str, Any]:
+    """Return the required columns of a measurement or full-model run, overridden by ``fields``."""
+    row: dict[str, Any] = {
+        "dtype": "float32",
+        "calls_per_block": 1,
+        "blocks": 1,
+        "time_median_s": 1e-3,
+        "time_mean_s": 1e-3,
+        "time_iqr_s": 0.0,
+        "time_cv": 0.0,
+    }
+    row.update(fields)
+    return row

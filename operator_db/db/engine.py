@@ -16,6 +16,10 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another process's lock before failing, in milliseconds."""
 
 
+SQLITE_IMMEDIATE = "opdb_sqlite_immediate"
+"""Execution option: begin SQLite transactions with BEGIN IMMEDIATE (ignored elsewhere)."""
+
+
 def safe_url(url: str) -> str:
     """Return ``url`` with any password masked, for messages and logs."""
     try:
@@ -63,14 +67,23 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("immediate") else "BEGIN")
+            # A write transaction takes the write lock up front (BEGIN IMMEDIATE): a deferred one
+            # that reads first and writes later fails at once with "database is locked" when
+            # another process wrote meanwhile, because waiting could deadlock.
+            immediate = conn.get_execution_options().get(SQLITE_IMMEDIATE, False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    """Return a session factory bound to ``engine`` (objects stay readable after commit)."""
-    return sessionmaker(bind=engine, expire_on_commit=False)
+def make_sessionmaker(engine: Engine, *, write: bool = True) -> sessionmaker[Session]:
+    """Return a session factory bound to ``engine`` (objects stay readable after commit).
+
+    ``write`` sessions take SQLite's write lock when they begin, so concurrent writers queue on
+    the busy timeout instead of failing; read sessions never block (WAL).
+    """
+    bound = engine.execution_options(**{SQLITE_IMMEDIATE: True}) if write else engine
+    return sessionmaker(bind=bound, expire_on_commit=False)
 
 
 def describe_db_error(exc: DBAPIError, url: str) -> DatabaseError:

@@ -1,0 +1,210 @@
+"""``opdb enqueue``, ``opdb worker``, ``opdb measure``, ``opdb jobs``: the measurement queue."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from operator_db.cli.common import DatabaseOption, console, err_console, open_store
+from operator_db.config import get_settings
+from operator_db.devices.factory import open_device
+from operator_db.store import Store
+from operator_db.worker import jobs
+from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
+
+DeviceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--device", help="auto, cpu, nvidia[:N] / cuda[:N] or fake (default: OPDB_DEVICE)."
+    ),
+]
+
+
+def enqueue(
+    model: Annotated[str, typer.Argument(help="Model name (see `opdb models list`).")],
+    device_kind: Annotated[
+        str, typer.Option("--device-kind", help="Device kind name, e.g. 'NVIDIA H100 80GB HBM3'.")
+    ],
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    no_model_run: Annotated[
+        bool, typer.Option("--no-model-run", help="Do not queue a full-model run.")
+    ] = False,
+    remeasure: Annotated[bool, typer.Option(help="Queue measured configurations again.")] = False,
+    db: DatabaseOption = None,
+) -> None:
+    """Queue every configuration of MODEL not yet measured on a kind, plus a full-model run."""
+    store = open_store(db)
+    try:
+        with store.transaction() as session:
+            result = jobs.enqueue_model(
+                session,
+                model,
+                device_kind,
+                priority=priority,
+                with_model_run=not no_model_run,
+                remeasure=remeasure,
+            )
+    finally:
+        store.close()
+    console.print(
+        f"{result.model} on {result.device_kind}: queued {result.queued_configs} configurations"
+        f"{' and a full-model run' if result.queued_model_run else ''}; "
+        f"{result.already_measured} already measured, {result.already_queued} already queued, "
+        f"{result.opaque} opaque (not measurable)"
+    )
+
+
+@contextmanager
+def _stop_on_signals(worker: Worker) -> Iterator[None]:
+    """First SIGTERM/SIGINT: finish the current job, then stop. Second: hand the job back now."""
+
+    def handler(signum: int, _frame: object) -> None:
+        if worker.stop_event.is_set():
+            raise KeyboardInterrupt
+        err_console.print(
+            f"{signal.Signals(signum).name}: stopping after the current job "
+            "(again to hand it back now)"
+        )
+        worker.stop()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) -> WorkerStats:
+    """Open the device and run a worker on ``store`` with a progress display or log lines."""
+    settings = get_settings()
+    device = open_device(device_spec, settings=settings)
+    try:
+        tty = console.is_terminal
+        progress = (
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            )
+            if tty
+            else None
+        )
+        task = progress.add_task("measuring", total=None) if progress else None
+
+        def on_event(event: WorkerEvent) -> None:
+            if progress is not None and task is not None:
+                if event.kind in ("done", "failed"):
+                    progress.advance(task)
+                if event.kind == "claimed":
+                    progress.update(task, description=f"job {event.job_id}: {event.message}")
+                elif event.kind in ("failed", "retry", "lost", "db_error", "registered"):
+                    progress.console.print(f"{event.kind}: {event.message}")
+            else:
+                job = f"job {event.job_id} " if event.job_id is not None else ""
+                console.print(
+                    f"worker {options.name}: {job}{event.kind}: {event.message}", markup=False
+                )
+
+        worker = Worker(store, device, settings.measure, options, on_event=on_event)
+        with _stop_on_signals(worker):
+            if progress is not None:
+                with progress:
+                    return worker.run()
+            return worker.run()
+    finally:
+        device.close()
+
+
+def _print_stats(stats: WorkerStats) -> None:
+    console.print(
+        f"done {stats.done}, failed {stats.failed}, retried {stats.retried}, lost {stats.lost}, "
+        f"handed back {stats.released}"
+    )
+    for error in stats.errors:
+        err_console.print(f"failed: {error}", markup=False)
+
+
+def worker(
+    device: DeviceOption = None,
+    max_jobs: Annotated[int | None, typer.Option(help="Stop after this many jobs.")] = None,
+    until_idle: Annotated[bool, typer.Option(help="Stop when the queue is empty.")] = False,
+    lease: Annotated[
+        float, typer.Option(help="Job lease, in seconds (renewed while measuring).")
+    ] = 300.0,
+    poll: Annotated[float, typer.Option(help="Seconds between looks at an empty queue.")] = 2.0,
+    db: DatabaseOption = None,
+) -> None:
+    """Take jobs for this host's device kind from the database and measure them."""
+    store = open_store(db)
+    try:
+        stats = run_worker(
+            store,
+            device,
+            WorkerOptions(lease_s=lease, poll_s=poll, max_jobs=max_jobs, until_idle=until_idle),
+        )
+    finally:
+        store.close()
+    _print_stats(stats)
+
+
+def measure(
+    model: Annotated[str, typer.Argument(help="Model name (see `opdb models list`).")],
+    device: DeviceOption = None,
+    no_model_run: Annotated[
+        bool, typer.Option("--no-model-run", help="Do not measure the whole model.")
+    ] = False,
+    db: DatabaseOption = None,
+) -> None:
+    """Measure MODEL on this machine: enqueue its configurations for the local device, then work."""
+    settings = get_settings()
+    store = open_store(db)
+    try:
+        dev = open_device(device, settings=settings)
+        kind = dev.identity().name
+        dev.close()
+        with store.transaction() as session:
+            result = jobs.enqueue_model(session, model, kind, with_model_run=not no_model_run)
+        console.print(
+            f"{model} on {kind}: {result.queued_configs} configurations to measure, "
+            f"{result.already_measured} already measured"
+        )
+        stats = run_worker(store, device, WorkerOptions(until_idle=True, poll_s=0.5))
+    finally:
+        store.close()
+    _print_stats(stats)
+    if stats.failed:
+        sys.exit(1)
+
+
+def jobs_status(db: DatabaseOption = None) -> None:
+    """Show the queue: jobs per device kind and status."""
+    from sqlalchemy import func, select
+
+    from operator_db.db.models import DeviceKind, Job
+
+    store = open_store(db)
+    try:
+        with store.transaction() as session:
+            rows = session.execute(
+                select(DeviceKind.name, Job.status, func.count())
+                .join(Job, Job.device_kind_id == DeviceKind.id)
+                .group_by(DeviceKind.name, Job.status)
+                .order_by(DeviceKind.name, Job.status)
+            ).all()
+    finally:
+        store.close()
+    table = Table("device kind", "status", "jobs")
+    for name, status, count in rows:
+        table.add_row(name, status, str(count))
+    console.print(table)

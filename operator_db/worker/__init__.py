@@ -1,0 +1,1 @@
+"""The measurement worker: job claiming with leases, and the daemon loop."""

@@ -1,0 +1,280 @@
+"""The worker daemon: register, claim a job under a lease, measure, commit, repeat.
+
+One job is one transaction of results: the rows are written and the job marked done together, and
+only if this worker still owns the job's lease. A heartbeat thread renews the lease while the job is
+measured; a worker that dies stops renewing, its lease expires, and another worker takes the job.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from sqlalchemy import select
+
+from operator_db.db.models import Host, Job, utcnow
+from operator_db.devices.base import Device
+from operator_db.errors import DatabaseError, OperatorDBError
+from operator_db.measure.engine import energy_unavailable, idle_power_w
+from operator_db.measure.settings import MeasureSettings
+from operator_db.store import Store
+from operator_db.worker import jobs
+from operator_db.worker.execute import Executor, JobInfo, execute_job
+
+EventKind = Literal[
+    "registered",
+    "idle_power",
+    "claimed",
+    "done",
+    "failed",
+    "retry",
+    "lost",
+    "released",
+    "idle",
+    "db_error",
+]
+
+
+@dataclass(frozen=True)
+class WorkerEvent:
+    """Something the worker did, for a progress display or a log line."""
+
+    kind: EventKind
+    message: str
+    job_id: int | None = None
+
+
+@dataclass
+class WorkerStats:
+    """What a worker run did."""
+
+    done: int = 0
+    failed: int = 0
+    retried: int = 0
+    lost: int = 0
+    released: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How the worker takes jobs (durations in seconds)."""
+
+    lease_s: float = 300.0
+    heartbeat_s: float | None = None
+    """Lease renewal interval; default a third of the lease."""
+    poll_s: float = 2.0
+    max_jobs: int | None = None
+    until_idle: bool = False
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    max_db_failures: int = 5
+    """Consecutive database failures before the worker gives up."""
+
+
+class _Heartbeat:
+    """Renews a job's lease from a thread (own connection) until stopped; notes a lost lease."""
+
+    def __init__(self, store: Store, job_id: int, owner: str, lease_s: float, every_s: float):
+        self.store, self.job_id, self.owner = store, job_id, owner
+        self.lease_s, self.every_s = lease_s, every_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="opdb-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                with self.store.transaction() as session:
+                    if not jobs.renew_lease(session, self.job_id, self.owner, self.lease_s):
+                        self.lost.set()
+                        return
+            except DatabaseError:
+                continue  # transient: the next beat tries again; the lease is long enough
+
+
+class Worker:
+    """Measures the jobs of its device's kind until told to stop (or idle, or ``max_jobs``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        device: Device,
+        settings: MeasureSettings,
+        options: WorkerOptions | None = None,
+        *,
+        executor: Executor = execute_job,
+        on_event: Callable[[WorkerEvent], None] | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.device = device
+        self.settings = settings
+        self.options = options or WorkerOptions()
+        self.executor = executor
+        self.on_event = on_event or (lambda _e: None)
+        self.stop_event = threading.Event()
+        self._sleep = sleep or (lambda s: self.stop_event.wait(s) and None)
+        self.kind_id: int | None = None
+        self.host_id: int | None = None
+        self._idle_power: float | None = None
+        self._idle_measured_at = -float("inf")
+        self._measures_energy = False
+
+    def stop(self) -> None:
+        """Ask the worker to stop after the current job."""
+        self.stop_event.set()
+
+    def _emit(self, kind: EventKind, message: str, job_id: int | None = None) -> None:
+        self.on_event(WorkerEvent(kind, message, job_id))
+
+    def register(self) -> int:
+        """Register (or refresh) this host and its device kind; return the kind's id.
+
+        Raises:
+            DatabaseError: the database is unavailable.
+        """
+        ident = self.device.identity()
+        update_period = self.device.counter_update_period_s()
+        with self.store.transaction() as session:
+            kind = jobs.get_or_create_device_kind(session, ident.name, ident.kind)
+            kind.vendor = ident.vendor
+            kind.architecture = ident.architecture
+            kind.memory_bytes = ident.memory_bytes
+            hostname = socket.gethostname()
+            host = session.scalars(
+                select(Host).where(Host.hostname == hostname, Host.device_id == ident.device_id)
+            ).one_or_none()
+            if host is None:
+                host = Host(hostname=hostname, device_id=ident.device_id, device_kind_id=kind.id)
+                session.add(host)
+            host.device_kind_id = kind.id
+            host.info = self.device.provenance()
+            host.counter_update_period_s = update_period
+            host.last_seen = utcnow()
+            session.flush()
+            self.kind_id, self.host_id = kind.id, host.id
+        self._emit("registered", f"{ident.name} on {hostname} as {self.options.name}")
+        return kind.id
+
+    def _refresh_idle_power(self) -> None:
+        now = time.monotonic()
+        if now - self._idle_measured_at < self.settings.idle_every_s:
+            return
+        self._idle_measured_at = now
+        self._idle_power = idle_power_w(self.device, self.settings.idle_window_s)
+        if self._idle_power is not None:
+            with self.store.transaction() as session:
+                host = session.get(Host, self.host_id)
+                if host is not None:
+                    host.idle_power_w = self._idle_power
+            self._emit("idle_power", f"idle power {self._idle_power:.1f} W")
+
+    def run(self) -> WorkerStats:
+        """Work until stopped, idle (``until_idle``) or ``max_jobs`` jobs were taken.
+
+        Raises:
+            DatabaseError: the database stayed unavailable for ``max_db_failures`` attempts.
+        """
+        if self.settings.threads is not None:
+            torch.set_num_threads(self.settings.threads)
+        kind_id = self.register()
+        self._measures_energy = self.settings.energy and energy_unavailable(self.device) is None
+        stats = WorkerStats()
+        taken = 0
+        db_failures = 0
+        while not self.stop_event.is_set():
+            if self.options.max_jobs is not None and taken >= self.options.max_jobs:
+                break
+            try:
+                self._refresh_idle_power()  # before claiming: the lease must not tick meanwhile
+                with self.store.transaction() as session:
+                    jobs.expire_exhausted(session)
+                with self.store.transaction() as session:
+                    job = jobs.claim_job(session, kind_id, self.options.name, self.options.lease_s)
+                    claimed = None if job is None else (job.id, jobs.job_target_name(session, job))
+                db_failures = 0
+            except DatabaseError as exc:
+                db_failures += 1
+                self._emit("db_error", str(exc))
+                if db_failures >= self.options.max_db_failures:
+                    raise
+                self._sleep(min(self.options.poll_s * 2**db_failures, 60.0))
+                continue
+            if claimed is None:
+                if self.options.until_idle:
+                    self._emit("idle", "queue empty")
+                    break
+                self._sleep(self.options.poll_s)
+                continue
+            taken += 1
+            self._work(claimed[0], claimed[1], stats)
+            # The cooldown lets a GPU shed the heat of the last job (METHODOLOGY §1); without an
+            # energy reading there is no thermal drift of energy to guard against.
+            if self.settings.cooldown_s and self._measures_energy and not self.stop_event.is_set():
+                self._sleep(self.settings.cooldown_s)
+        return stats
+
+    def _work(self, job_id: int, target: str, stats: WorkerStats) -> None:
+        owner = self.options.name
+        self._emit("claimed", target, job_id)
+        every = self.options.heartbeat_s or self.options.lease_s / 3
+        try:
+            with self.store.transaction(read_only=True) as session:
+                row = session.get(Job, job_id)
+                assert row is not None
+                job = JobInfo.of(row)
+            with _Heartbeat(self.store, job_id, owner, self.options.lease_s, every) as beat:
+                rows = self.executor(self.store, job, self.device, self.settings, self._idle_power)
+            with self.store.transaction() as session:
+                if beat.lost.is_set() or not jobs.finish_job(session, job_id, owner):
+                    session.rollback()
+                    stats.lost += 1
+                    self._emit("lost", f"{target}: lease lost, result dropped", job_id)
+                    return
+                for result_row in rows:
+                    result_row.host_id = self.host_id
+                    session.add(result_row)
+            stats.done += 1
+            self._emit("done", target, job_id)
+        except (KeyboardInterrupt, SystemExit):
+            with self.store.transaction() as session:
+                if jobs.release_job(session, job_id, owner):
+                    stats.released += 1
+                    self._emit("released", f"{target}: handed back", job_id)
+            raise
+        except (OperatorDBError, RuntimeError, ValueError, TypeError) as exc:
+            # RuntimeError covers torch errors, CUDA out-of-memory included: the worker goes on.
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            text = str(exc).strip()
+            message = f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
+            # Device, database and torch runtime errors (out-of-memory) may pass; bad input won't.
+            retry = getattr(exc, "retryable", False) or (
+                isinstance(exc, RuntimeError) and not isinstance(exc, OperatorDBError)
+            )
+            with self.store.transaction() as session:
+                status = jobs.fail_job(session, job_id, owner, message, retry=retry)
+            if status == "failed":
+                stats.failed += 1
+                stats.errors.append(f"job {job_id} ({target}): {message}")
+                self._emit("failed", f"{target}: {message}", job_id)
+            elif status == "queued":
+                stats.retried += 1
+                self._emit("retry", f"{target}: {message}", job_id)
+            else:
+                stats.lost += 1
+                self._emit("lost", f"{target}: lease lost while failing", job_id)

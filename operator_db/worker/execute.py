@@ -1,0 +1,179 @@
+"""Turn a job into result rows: rebuild the operator (or model), measure it, map to columns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from operator_db.db.models import FullModelRun, Job, Measurement, Model, OperatorConfig
+from operator_db.devices.base import Device
+from operator_db.errors import NotFoundError
+from operator_db.measure.engine import MeasureResult, Timing, measure
+from operator_db.measure.settings import MeasureSettings
+from operator_db.specs.schema import Mode, OperatorSpec
+from operator_db.store import Store
+
+Prepared = Callable[[], object]
+"""One call of the target on inputs allocated once (what the engine loops)."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What a job names, read in a short transaction before measuring (no lock held meanwhile)."""
+
+    id: int
+    target: str
+    config_id: int | None
+    model_id: int | None
+    device_kind_id: int
+
+    @classmethod
+    def of(cls, job: Job) -> JobInfo:
+        """Copy the identifying fields of a job row."""
+        return cls(job.id, job.target, job.config_id, job.model_id, job.device_kind_id)
+
+
+class Executor(Protocol):
+    """Measures what a job names; returns unsaved result rows (the worker adds and commits them)."""
+
+    def __call__(
+        self,
+        store: Store,
+        job: JobInfo,
+        device: Device,
+        settings: MeasureSettings,
+        idle_power_w: float | None,
+    ) -> list[Measurement] | list[FullModelRun]:
+        """Measure ``job`` on ``device``; raise an OperatorDBError (or torch's) when it cannot."""
+
+
+def config_spec(config: OperatorConfig) -> OperatorSpec:
+    """Return the spec form of a stored configuration (what ``operator_db.ops`` rebuilds)."""
+    return OperatorSpec.model_validate(
+        {
+            "op": config.op,
+            "kind": config.kind,
+            "args": config.args,
+            "dtype": config.dtype,
+            "inputs": config.inputs,
+            "call": config.call,
+            "outputs": config.outputs,
+        }
+    )
+
+
+def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[str, Any]:
+    """Map a measurement result (one timing method) to the shared result columns."""
+    summary = timing.summary
+    energy = result.energy_per_call if timing.method == "eager" else None
+    settings = result.provenance.get("settings", {})
+    return {
+        "dtype": dtype,
+        "timing": timing.method,
+        "cache_mode": settings.get("cache_mode", "warm"),
+        "threads": result.provenance.get("torch_threads"),
+        "calls_per_block": timing.calls_per_block,
+        "blocks": len(timing.block_s),
+        "time_median_s": summary.median,
+        "time_mean_s": summary.mean,
+        "time_iqr_s": summary.iqr,
+        "time_cv": summary.cv,
+        "trials": len(result.trials) if energy is not None else 0,
+        "window_s": (
+            sum(t.window.duration_s for t in result.trials) / len(result.trials)
+            if energy is not None and result.trials
+            else None
+        ),
+        "calls_per_window": result.trials[0].calls
+        if energy is not None and result.trials
+        else None,
+        "energy_source": result.energy_source if energy is not None else None,
+        "energy_unavailable": result.energy_unavailable,
+        "energy_per_call_j": energy.median if energy is not None else None,
+        "dynamic_energy_per_call_j": result.dynamic_energy_per_call_j if energy else None,
+        "energy_iqr_j": energy.iqr if energy is not None else None,
+        "power_mean_w": result.power_mean_w if energy is not None else None,
+        "idle_power_w": result.idle_power_w,
+        "energy_disagreement": result.disagreement if energy is not None else None,
+        "flags": sorted(set(result.flags) | set(timing.flags)),
+        "raw": result.raw() if timing.method == "eager" else {"timing": timing.block_s},
+        "provenance": result.provenance,
+    }
+
+
+def _prepare_operator(
+    config: OperatorConfig, device: Device, settings: MeasureSettings
+) -> Prepared:
+    from operator_db.ops import build_op
+
+    mode: Mode = "training" if config.mode == "training" else "inference"
+    built = build_op(
+        config_spec(config), mode=mode, device=device.torch_device(), seed=settings.seed
+    )
+    return built.run
+
+
+def _prepare_model(model: Model, device: Device, settings: MeasureSettings) -> Prepared:
+    from operator_db.measure.model_run import prepare_model_run
+
+    return prepare_model_run(
+        model.reference,
+        model.overrides,
+        model.mode,
+        model.dtype,
+        model.inputs,
+        device=device.torch_device(),
+        seed=settings.seed,
+    )
+
+
+def execute_job(
+    store: Store,
+    job: JobInfo,
+    device: Device,
+    settings: MeasureSettings,
+    idle_power_w: float | None,
+) -> list[Measurement] | list[FullModelRun]:
+    """Measure the job's configuration (eager, and graph where timed) or its whole model.
+
+    The target is read in a short read-only transaction; nothing is locked while measuring.
+
+    Raises:
+        NotFoundError: the configuration or model is gone.
+        OperatorDBError: the op cannot be rebuilt or measured.
+    """
+    if job.config_id is not None:
+        with store.transaction(read_only=True) as session:
+            config = session.get(OperatorConfig, job.config_id)
+            if config is None:
+                raise NotFoundError(f"configuration {job.config_id} no longer exists")
+            dtype = config.dtype or (config.inputs[0]["dtype"] if config.inputs else "float32")
+            config_id = config.id
+            run = _prepare_operator(config, device, settings)
+        result = measure(run, device, settings, idle_power=idle_power_w)
+        return [
+            Measurement(
+                config_id=config_id,
+                device_kind_id=job.device_kind_id,
+                job_id=job.id,
+                **result_columns(result, timing, dtype),
+            )
+            for timing in result.timings
+        ]
+    with store.transaction(read_only=True) as session:
+        model = session.get(Model, job.model_id)
+        if model is None:
+            raise NotFoundError(f"model {job.model_id} no longer exists")
+        model_id, model_dtype = model.id, model.dtype
+        run = _prepare_model(model, device, settings)
+    result = measure(run, device, settings, idle_power=idle_power_w)
+    return [
+        FullModelRun(
+            model_id=model_id,
+            device_kind_id=job.device_kind_id,
+            job_id=job.id,
+            **result_columns(result, timing, model_dtype),
+        )
+        for timing in result.timings
+    ]

@@ -1,0 +1,334 @@
+"""The job queue in SQL: enqueue, claim under a lease, renew, finish, fail, hand back.
+
+Claiming is one atomic ``UPDATE ... WHERE id = (SELECT ... LIMIT 1) RETURNING id``: on PostgreSQL
+the sub-select takes its row ``FOR UPDATE SKIP LOCKED``, so concurrent workers never wait on or
+take the same job; on SQLite the UPDATE takes the database's write lock, which serialises claimers
+(each waits up to the busy timeout). A job whose lease expired (its worker died) is claimable
+again; every state change after the claim checks that the caller still owns the lease, so a worker
+that lost its job can never write a second result for it.
+
+Functions take ``session`` and never commit: the worker commits at each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.orm import Session
+
+from operator_db.db.models import (
+    DeviceKind,
+    FullModelRun,
+    Job,
+    Measurement,
+    ModelOperator,
+    OperatorConfig,
+    utcnow,
+)
+from operator_db.db.queries import get_model
+from operator_db.errors import NotFoundError
+
+
+def get_or_create_device_kind(session: Session, name: str, type_: str | None = None) -> DeviceKind:
+    """Return the device kind ``name``, creating it if new (type guessed from its prefix)."""
+    kind = session.scalars(select(DeviceKind).where(DeviceKind.name == name)).one_or_none()
+    if kind is None:
+        prefix = name.split(":", 1)[0]
+        guessed = prefix if prefix in ("cpu", "fake") else "gpu"
+        kind = DeviceKind(name=name, type=type_ or guessed)
+        session.add(kind)
+        session.flush()
+    return kind
+
+
+def get_device_kind(session: Session, name: str) -> DeviceKind:
+    """Return the device kind ``name``.
+
+    Raises:
+        NotFoundError: no such kind; the message lists the known ones.
+    """
+    kind = session.scalars(select(DeviceKind).where(DeviceKind.name == name)).one_or_none()
+    if kind is None:
+        names = session.scalars(select(DeviceKind.name).order_by(DeviceKind.name)).all()
+        known = ", ".join(names) if names else "none yet (a worker registers its kind)"
+        raise NotFoundError(f"no device kind {name!r}; known: {known}")
+    return kind
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What enqueueing a model on a device kind did."""
+
+    model: str
+    device_kind: str
+    queued_configs: int
+    already_measured: int
+    already_queued: int
+    opaque: int
+    queued_model_run: bool
+
+
+def enqueue_model(
+    session: Session,
+    model_name: str,
+    device_kind: str,
+    *,
+    priority: int = 0,
+    priorities: dict[int, int] | None = None,
+    with_model_run: bool = True,
+    max_attempts: int = 3,
+    remeasure: bool = False,
+) -> EnqueueResult:
+    """Queue every configuration of a model not yet measured on a kind, and a full-model run.
+
+    A configuration already measured, or already queued or running (for this model or another), is
+    not queued again. ``priorities`` maps config ids to a priority that overrides ``priority``.
+
+    Raises:
+        NotFoundError: no such model.
+    """
+    model = get_model(session, model_name)
+    kind = get_or_create_device_kind(session, device_kind)
+    configs = session.execute(
+        select(OperatorConfig.id, OperatorConfig.kind)
+        .join(ModelOperator, ModelOperator.config_id == OperatorConfig.id)
+        .where(ModelOperator.model_id == model.id)
+        .order_by(ModelOperator.position)
+    ).all()
+    ids = [cid for cid, k in configs if k != "opaque"]
+    measured = (
+        set()
+        if remeasure
+        else set(
+            session.scalars(
+                select(Measurement.config_id).where(
+                    Measurement.device_kind_id == kind.id, Measurement.config_id.in_(ids)
+                )
+            )
+        )
+    )
+    active = set(
+        session.scalars(
+            select(Job.config_id).where(
+                Job.device_kind_id == kind.id,
+                Job.status.in_(("queued", "running")),
+                Job.config_id.in_(ids),
+            )
+        )
+    )
+    now = utcnow()
+    todo = [cid for cid in ids if cid not in measured and cid not in active]
+    for cid in todo:
+        session.add(
+            Job(
+                target="operator",
+                config_id=cid,
+                device_kind_id=kind.id,
+                priority=(priorities or {}).get(cid, priority),
+                max_attempts=max_attempts,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    queued_run = False
+    if with_model_run:
+        has_active = session.scalar(
+            select(Job.id).where(
+                Job.model_id == model.id,
+                Job.device_kind_id == kind.id,
+                Job.status.in_(("queued", "running")),
+            )
+        )
+        has_run = not remeasure and session.scalar(
+            select(FullModelRun.id).where(
+                FullModelRun.model_id == model.id, FullModelRun.device_kind_id == kind.id
+            )
+        )
+        if not has_active and not has_run:
+            # The whole model last: its operators' figures are what users compare it with.
+            session.add(
+                Job(
+                    target="model",
+                    model_id=model.id,
+                    device_kind_id=kind.id,
+                    priority=priority - 1,
+                    max_attempts=max_attempts,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            queued_run = True
+    session.flush()
+    return EnqueueResult(
+        model=model.name,
+        device_kind=kind.name,
+        queued_configs=len(todo),
+        already_measured=len([c for c in ids if c in measured]),
+        already_queued=len([c for c in ids if c in active and c not in measured]),
+        opaque=len(configs) - len(ids),
+        queued_model_run=queued_run,
+    )
+
+
+def _claimable(device_kind_id: int, now: datetime) -> object:
+    return and_(
+        Job.device_kind_id == device_kind_id,
+        Job.attempts < Job.max_attempts,
+        or_(
+            Job.status == "queued",
+            and_(Job.status == "running", Job.lease_expires_at < now),
+        ),
+    )
+
+
+def claim_job(session: Session, device_kind_id: int, owner: str, lease_s: float) -> Job | None:
+    """Take the most urgent claimable job of a kind under a lease of ``lease_s`` seconds.
+
+    Returns None when there is nothing to do. The caller commits at once, so the lease is visible.
+    """
+    now = utcnow()
+    pick = (
+        select(Job.id)
+        .where(_claimable(device_kind_id, now))  # type: ignore[arg-type]
+        .order_by(Job.priority.desc(), Job.id)
+        .limit(1)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        pick = pick.with_for_update(skip_locked=True)
+    job_id = session.execute(
+        update(Job)
+        .where(Job.id == pick.scalar_subquery())
+        .values(
+            status="running",
+            lease_owner=owner,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            attempts=Job.attempts + 1,
+            updated_at=now,
+        )
+        .returning(Job.id)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if job_id is None:
+        return None
+    return session.get(Job, job_id, populate_existing=True)
+
+
+def _owned(job_id: int, owner: str) -> object:
+    return and_(Job.id == job_id, Job.lease_owner == owner, Job.status == "running")
+
+
+def renew_lease(session: Session, job_id: int, owner: str, lease_s: float) -> bool:
+    """Extend the lease by ``lease_s`` seconds from now; False if the job is no longer ours."""
+    now = utcnow()
+    result = session.execute(
+        update(Job)
+        .where(_owned(job_id, owner))  # type: ignore[arg-type]
+        .values(lease_expires_at=now + timedelta(seconds=lease_s), updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def finish_job(session: Session, job_id: int, owner: str) -> bool:
+    """Mark the job done; False (and nothing changed) if the lease was lost meanwhile.
+
+    The caller writes the result in the same transaction and rolls back when this returns False.
+    """
+    now = utcnow()
+    result = session.execute(
+        update(Job)
+        .where(_owned(job_id, owner))  # type: ignore[arg-type]
+        .values(
+            status="done", lease_owner=None, lease_expires_at=None, updated_at=now, finished_at=now
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def fail_job(
+    session: Session, job_id: int, owner: str, error: str, *, retry: bool = True
+) -> str | None:
+    """Record a failed attempt: back to the queue, or ``failed`` once attempts are used up.
+
+    ``retry=False`` fails the job at once (an error that would only repeat, like a bad spec).
+    Returns the new status, or None if the lease was lost meanwhile.
+    """
+    job = session.get(Job, job_id, populate_existing=True)
+    if job is None or job.lease_owner != owner or job.status != "running":
+        return None
+    now = utcnow()
+    job.last_error = error[:2000]
+    job.lease_owner = None
+    job.lease_expires_at = None
+    job.updated_at = now
+    if not retry or job.attempts >= job.max_attempts:
+        job.status = "failed"
+        job.finished_at = now
+    else:
+        job.status = "queued"
+    session.flush()
+    return job.status
+
+
+def release_job(session: Session, job_id: int, owner: str) -> bool:
+    """Hand an unfinished job back to the queue (a worker stopping); the attempt is not counted."""
+    now = utcnow()
+    result = session.execute(
+        update(Job)
+        .where(_owned(job_id, owner))  # type: ignore[arg-type]
+        .values(
+            status="queued",
+            lease_owner=None,
+            lease_expires_at=None,
+            attempts=Job.attempts - 1,
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def expire_exhausted(session: Session) -> int:
+    """Mark failed the running jobs whose lease expired after their last allowed attempt."""
+    now = utcnow()
+    result = session.execute(
+        update(Job)
+        .where(
+            Job.status == "running",
+            Job.lease_expires_at < now,
+            Job.attempts >= Job.max_attempts,
+        )
+        .values(
+            status="failed",
+            last_error="lease expired on the last attempt (worker died or hung)",
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+            finished_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def queue_counts(session: Session, device_kind_id: int | None = None) -> dict[str, int]:
+    """Return the number of jobs per status (of one kind, or all)."""
+    from sqlalchemy import func
+
+    query = select(Job.status, func.count()).group_by(Job.status)
+    if device_kind_id is not None:
+        query = query.where(Job.device_kind_id == device_kind_id)
+    return {status: int(n) for status, n in session.execute(query)}
+
+
+def job_target_name(session: Session, job: Job) -> str:
+    """Return a short description of what a job measures (for logs)."""
+    if job.config_id is not None:
+        cfg = session.get(OperatorConfig, job.config_id)
+        if cfg is None:
+            raise NotFoundError(f"job {job.id}: configuration {job.config_id} is gone")
+        return f"{cfg.op} {' '.join('x'.join(map(str, t['shape'])) for t in cfg.inputs)}"
+    return f"model #{job.model_id}"
