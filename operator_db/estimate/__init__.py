@@ -1,0 +1,1 @@
+"""Estimates from the measurements: device peaks and the roofline (more to come)."""

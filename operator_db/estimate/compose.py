@@ -1,0 +1,289 @@
+"""Compose a model's time and energy from its operators: Σ count × per-call cost.
+
+The estimate of a model on a device kind sums, over the model's configurations, the number of
+calls per forward (or training step) times the latest per-call measurement of that configuration on
+that kind. It says what it used (eager or CUDA-graph time, total or dynamic energy), what is not
+measured yet (coverage, also weighted by roofline-bound time), and compares itself with the latest
+measured full-model run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pandas as pd
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from operator_db.db.models import FullModelRun, Measurement, ModelOperator, OperatorConfig
+from operator_db.db.queries import get_model
+from operator_db.worker.jobs import get_device_kind
+
+TimingChoice = Literal["eager", "graph"]
+EnergyChoice = Literal["total", "dynamic"]
+
+CONFIG_COLUMNS = [
+    "key",
+    "op",
+    "kind",
+    "inputs",
+    "count",
+    "flops",
+    "bytes",
+    "params",
+    "measured",
+    "timing",
+    "time_per_call_s",
+    "time_s",
+    "energy_per_call_j",
+    "energy_j",
+    "roofline_time_per_call_s",
+    "roofline_time_s",
+    "time_share",
+    "flags",
+]
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """A device's peaks for the roofline: FLOP/s for the model's dtype and memory bandwidth."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    source: str = "spec"
+
+
+@dataclass
+class Estimate:
+    """A model's composed cost on a device kind, its breakdowns, coverage and error."""
+
+    model: str
+    device_kind: str
+    mode: str
+    timing: TimingChoice
+    energy: EnergyChoice
+    configs: pd.DataFrame
+    """One row per configuration (see ``CONFIG_COLUMNS``); times in s, energies in J."""
+    by_op: pd.DataFrame
+    """Per operator type: configurations, calls, time (s), energy (J), FLOPs, time share."""
+    time_s: float
+    """Σ count × per-call time over the measured configurations, in s."""
+    energy_j: float | None
+    """Σ count × per-call energy (total or dynamic, see ``energy``), in J; None without energy."""
+    coverage: float
+    """Measured configurations / measurable configurations, weighted by count."""
+    coverage_roofline: float | None
+    """Share of the model's roofline-bound time that is measured (None without peaks)."""
+    unmeasured: list[str]
+    opaque: int
+    full_run_time_s: float | None
+    full_run_energy_j: float | None
+    peaks: Peaks | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def time_error(self) -> float | None:
+        """(estimate − measured full run) / measured full run, for time."""
+        if self.full_run_time_s is None or self.full_run_time_s <= 0:
+            return None
+        return (self.time_s - self.full_run_time_s) / self.full_run_time_s
+
+    @property
+    def energy_error(self) -> float | None:
+        """(estimate − measured full run) / measured full run, for energy."""
+        if self.energy_j is None or self.full_run_energy_j is None or self.full_run_energy_j <= 0:
+            return None
+        return (self.energy_j - self.full_run_energy_j) / self.full_run_energy_j
+
+    @property
+    def roofline_time_s(self) -> float | None:
+        """Σ count × max(FLOPs / peak FLOP/s, bytes / peak bandwidth), in s (a lower bound)."""
+        if self.peaks is None:
+            return None
+        return float(self.configs["roofline_time_s"].sum())
+
+    def summary(self) -> dict[str, Any]:
+        """Return the headline figures as a JSON-ready dict."""
+        return {
+            "model": self.model,
+            "device_kind": self.device_kind,
+            "mode": self.mode,
+            "timing": self.timing,
+            "energy": self.energy,
+            "time_s": self.time_s,
+            "energy_j": self.energy_j,
+            "coverage": self.coverage,
+            "coverage_roofline": self.coverage_roofline,
+            "unmeasured": len(self.unmeasured),
+            "opaque": self.opaque,
+            "full_run_time_s": self.full_run_time_s,
+            "full_run_energy_j": self.full_run_energy_j,
+            "time_error": self.time_error,
+            "energy_error": self.energy_error,
+            "roofline_time_s": self.roofline_time_s,
+            "peaks": None if self.peaks is None else vars(self.peaks),
+            "notes": self.notes,
+        }
+
+
+def _latest(rows: Sequence[Any]) -> dict[tuple[int, str], Any]:
+    """Keep the newest row per (target id, timing)."""
+    best: dict[tuple[int, str], Any] = {}
+    for row in rows:
+        key = (row[0], row[1].timing)
+        if key not in best or (row[1].created_at, row[1].id) > (best[key].created_at, best[key].id):
+            best[key] = row[1]
+    return best
+
+
+def _energy_of(m: Measurement | FullModelRun | None, energy: EnergyChoice) -> float | None:
+    if m is None:
+        return None
+    return m.dynamic_energy_per_call_j if energy == "dynamic" else m.energy_per_call_j
+
+
+def estimate_model(
+    session: Session,
+    model_name: str,
+    device_kind: str,
+    *,
+    timing: TimingChoice = "eager",
+    energy: EnergyChoice = "total",
+    peaks: Peaks | None = None,
+) -> Estimate:
+    """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
+
+    ``timing="graph"`` uses the CUDA-graph time of a configuration where one was measured (fast
+    ops) and the eager time elsewhere. ``energy="dynamic"`` subtracts idle power.
+
+    Raises:
+        NotFoundError: unknown model or device kind.
+    """
+    model = get_model(session, model_name)
+    kind = get_device_kind(session, device_kind)
+    links = session.execute(
+        select(ModelOperator, OperatorConfig)
+        .join(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
+        .where(ModelOperator.model_id == model.id)
+        .order_by(ModelOperator.position)
+    ).all()
+    ids = [cfg.id for _, cfg in links]
+    measured = _latest(
+        session.execute(
+            select(Measurement.config_id, Measurement).where(
+                Measurement.device_kind_id == kind.id, Measurement.config_id.in_(ids)
+            )
+        ).all()
+    )
+    runs = _latest(
+        session.execute(
+            select(FullModelRun.model_id, FullModelRun).where(
+                FullModelRun.device_kind_id == kind.id, FullModelRun.model_id == model.id
+            )
+        ).all()
+    )
+    records = []
+    for link, cfg in links:
+        m = measured.get((cfg.id, "eager"))
+        graph = measured.get((cfg.id, "graph")) if timing == "graph" else None
+        used = "graph" if graph is not None else "eager"
+        chosen = graph or m
+        time_per_call = chosen.time_median_s if chosen is not None else None
+        energy_per_call = _energy_of(m, energy)
+        roof = None
+        if peaks is not None and cfg.kind != "opaque":
+            roof = max((cfg.flops or 0) / peaks.flops_per_s, (cfg.bytes or 0) / peaks.bytes_per_s)
+        records.append(
+            {
+                "key": cfg.key,
+                "op": cfg.op,
+                "kind": cfg.kind,
+                "inputs": " ".join("x".join(map(str, t["shape"])) for t in cfg.inputs),
+                "count": link.count,
+                "flops": cfg.flops,
+                "bytes": cfg.bytes,
+                "params": cfg.params,
+                "measured": time_per_call is not None,
+                "timing": used if time_per_call is not None else None,
+                "time_per_call_s": time_per_call,
+                "time_s": None if time_per_call is None else link.count * time_per_call,
+                "energy_per_call_j": energy_per_call,
+                "energy_j": None if energy_per_call is None else link.count * energy_per_call,
+                "roofline_time_per_call_s": roof,
+                "roofline_time_s": None if roof is None else link.count * roof,
+                "flags": ",".join(sorted(set((m.flags if m else []) or []))),
+            }
+        )
+    configs = pd.DataFrame.from_records(
+        records, columns=[c for c in CONFIG_COLUMNS if c != "time_share"]
+    )
+    total_time = float(configs["time_s"].sum(skipna=True)) if len(configs) else 0.0
+    configs["time_share"] = configs["time_s"] / total_time if total_time > 0 else math.nan
+    configs = configs[CONFIG_COLUMNS]
+    measurable = configs[configs["kind"] != "opaque"]
+    counted = measurable["count"].sum()
+    coverage = (
+        float(measurable.loc[measurable["measured"], "count"].sum() / counted) if counted else 0.0
+    )
+    coverage_roofline = None
+    if peaks is not None and len(measurable):
+        total_roof = float(measurable["roofline_time_s"].sum())
+        if total_roof > 0:
+            coverage_roofline = float(
+                measurable.loc[measurable["measured"], "roofline_time_s"].sum() / total_roof
+            )
+    energies = configs.loc[configs["measured"], "energy_j"]
+    energy_total = float(energies.sum()) if len(energies) and energies.notna().all() else None
+    by_op = (
+        configs.assign(total_flops=configs["count"] * configs["flops"].fillna(0))
+        .groupby("op", sort=False)
+        .agg(
+            configs=("key", "count"),
+            calls=("count", "sum"),
+            time_s=("time_s", "sum"),
+            energy_j=("energy_j", "sum"),
+            flops=("total_flops", "sum"),
+        )
+        .reset_index()
+    )
+    by_op["time_share"] = by_op["time_s"] / total_time if total_time > 0 else math.nan
+    by_op = by_op.sort_values("time_s", ascending=False, ignore_index=True)
+    run = runs.get((model.id, "graph" if timing == "graph" else "eager")) or runs.get(
+        (model.id, "eager")
+    )
+    notes = []
+    unmeasured = list(measurable.loc[~measurable["measured"], "key"])
+    if unmeasured:
+        notes.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
+    opaque = int((configs["kind"] == "opaque").sum())
+    if opaque:
+        notes.append(f"{opaque} opaque configurations cannot be measured and are left out")
+    if energy_total is None and len(energies):
+        notes.append("energy unavailable for some configurations: no energy estimate")
+    if model.mode == "training":
+        notes.append(
+            "training step: Σ forward+backward per operator; the optimizer step is not "
+            "an operator and is only in the full run"
+        )
+    return Estimate(
+        model=model.name,
+        device_kind=kind.name,
+        mode=model.mode,
+        timing=timing,
+        energy=energy,
+        configs=configs,
+        by_op=by_op,
+        time_s=total_time,
+        energy_j=energy_total,
+        coverage=coverage,
+        coverage_roofline=coverage_roofline,
+        unmeasured=unmeasured,
+        opaque=opaque,
+        full_run_time_s=run.time_median_s if run else None,
+        full_run_energy_j=_energy_of(run, energy),
+        peaks=peaks,
+        notes=notes,
+    )

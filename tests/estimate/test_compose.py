@@ -1,0 +1,129 @@
+"""Composition on hand-computed cases: Σ count × per-call cost, coverage, roofline, error."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from operator_db.db.ingest import ingest_specs
+from operator_db.db.models import FullModelRun, Measurement, Model, OperatorConfig, utcnow
+from operator_db.errors import NotFoundError
+from operator_db.estimate.compose import Peaks, estimate_model
+from operator_db.specs import parse_spec
+from operator_db.store import Store
+from operator_db.worker.jobs import get_or_create_device_kind
+from tests.helpers import linear_op, relu_op, result_row, spec_dict
+
+KIND = "fake:FakeGPU"
+OPAQUE = {"op": "my.Custom", "kind": "opaque", "inputs": [{"shape": [4, 32]}], "count": 1}
+
+
+def setup(store: Store, *, measure_relu: bool = True) -> None:
+    """Model 'toy': Linear(16→32) once, ReLU on 4x32 twice, one opaque; measured by hand."""
+    spec = spec_dict("toy", [linear_op(), relu_op([4, 32], count=2), OPAQUE])
+    with store.transaction() as session:
+        ingest_specs(session, [parse_spec(spec, "toy.yaml")])
+        kind = get_or_create_device_kind(session, KIND)
+        ids = {op: i for op, i in session.execute(select(OperatorConfig.op, OperatorConfig.id))}
+        model_id = session.scalars(select(Model.id)).one()
+        old = utcnow() - timedelta(hours=1)
+        # An older, slower Linear measurement: the newest one is used.
+        session.add(
+            Measurement(
+                config_id=ids["torch.nn.Linear"],
+                device_kind_id=kind.id,
+                **result_row(time_median_s=9e-3, created_at=old),
+            )
+        )
+        session.add(
+            Measurement(
+                config_id=ids["torch.nn.Linear"],
+                device_kind_id=kind.id,
+                **result_row(
+                    time_median_s=1e-3, energy_per_call_j=0.1, dynamic_energy_per_call_j=0.06
+                ),
+            )
+        )
+        session.add(
+            Measurement(
+                config_id=ids["torch.nn.Linear"],
+                device_kind_id=kind.id,
+                **result_row(timing="graph", time_median_s=0.8e-3),
+            )
+        )
+        if measure_relu:
+            session.add(
+                Measurement(
+                    config_id=ids["torch.nn.ReLU"],
+                    device_kind_id=kind.id,
+                    **result_row(
+                        time_median_s=2e-4, energy_per_call_j=0.02, dynamic_energy_per_call_j=0.01
+                    ),
+                )
+            )
+        session.add(
+            FullModelRun(
+                model_id=model_id,
+                device_kind_id=kind.id,
+                **result_row(
+                    time_median_s=1.5e-3, energy_per_call_j=0.15, dynamic_energy_per_call_j=0.08
+                ),
+            )
+        )
+
+
+def test_sum_of_count_times_cost(store: Store) -> None:
+    setup(store)
+    with store.transaction() as session:
+        est = estimate_model(session, "toy", KIND)
+    assert est.time_s == pytest.approx(1e-3 + 2 * 2e-4)
+    assert est.energy_j == pytest.approx(0.1 + 2 * 0.02)
+    assert est.full_run_time_s == pytest.approx(1.5e-3)
+    assert est.time_error == pytest.approx((1.4e-3 - 1.5e-3) / 1.5e-3)
+    assert est.energy_error == pytest.approx((0.14 - 0.15) / 0.15)
+    assert est.coverage == 1.0 and est.unmeasured == [] and est.opaque == 1
+    assert list(est.configs["op"]) == ["torch.nn.Linear", "torch.nn.ReLU", "my.Custom"]
+    assert list(est.configs["time_share"].round(6))[:2] == [
+        round(1e-3 / 1.4e-3, 6),
+        round(4e-4 / 1.4e-3, 6),
+    ]
+    by_op = est.by_op.set_index("op")
+    assert by_op.loc["torch.nn.ReLU", "calls"] == 2
+    assert by_op.loc["torch.nn.ReLU", "time_s"] == pytest.approx(4e-4)
+    assert by_op.loc["torch.nn.Linear", "flops"] == 4096
+    assert by_op.loc["torch.nn.ReLU", "flops"] == 2 * 128
+
+
+def test_dynamic_energy_and_graph_timing(store: Store) -> None:
+    setup(store)
+    with store.transaction() as session:
+        est = estimate_model(session, "toy", KIND, timing="graph", energy="dynamic")
+    assert est.time_s == pytest.approx(0.8e-3 + 2 * 2e-4)
+    assert list(est.configs["timing"])[:2] == ["graph", "eager"]
+    assert est.energy_j == pytest.approx(0.06 + 2 * 0.01)
+    assert est.full_run_energy_j == pytest.approx(0.08)
+
+
+def test_coverage_and_roofline(store: Store) -> None:
+    setup(store, measure_relu=False)
+    peaks = Peaks(flops_per_s=1e9, bytes_per_s=1e8)
+    with store.transaction() as session:
+        est = estimate_model(session, "toy", KIND, peaks=peaks)
+    assert est.time_s == pytest.approx(1e-3)
+    assert est.coverage == pytest.approx(1 / 3)  # by count: Linear ×1 measured, ReLU ×2 not
+    assert len(est.unmeasured) == 1
+    linear_roof = max(4096 / 1e9, 4 * (64 + 512 + 32 + 128) / 1e8)
+    relu_roof = max(128 / 1e9, 8 * 128 / 1e8)
+    assert est.roofline_time_s == pytest.approx(linear_roof + 2 * relu_roof)
+    assert est.coverage_roofline == pytest.approx(linear_roof / (linear_roof + 2 * relu_roof))
+    assert est.notes[0] == "1 configurations not measured yet: the estimate is partial"
+
+
+def test_unknown_model_or_kind(store: Store) -> None:
+    setup(store)
+    with store.transaction() as session, pytest.raises(NotFoundError, match="no device kind"):
+        estimate_model(session, "toy", "NVIDIA H100")
+    with store.transaction() as session, pytest.raises(NotFoundError, match="no model named"):
+        estimate_model(session, "nope", KIND)
