@@ -34,6 +34,13 @@ class MeasureSettings(BaseModel):
     )
     max_calls_per_block: int = Field(default=100_000, ge=1)
     blocks: int = Field(default=20, ge=3, description="Timed blocks (raw samples kept).")
+    model_min_time_s: float = Field(
+        default=3.0,
+        ge=0,
+        description="A whole model is timed over at least this long (more blocks), in s, so a "
+        "burst of machine noise cannot decide its median.",
+    )
+    max_blocks: int = Field(default=200, ge=3, description="Upper bound on timed blocks.")
     noisy_iqr_ratio: float = Field(
         default=0.10,
         description="Flag 'noisy' when IQR/median exceeds this (torch.utils.benchmark).",
@@ -75,6 +82,12 @@ class MeasureSettings(BaseModel):
         default="warm", description="Inputs allocated once and reused (METHODOLOGY §3)."
     )
     seed: int = Field(default=0, description="Seed of inputs and of the random trial gaps.")
+    retain_freed_memory: bool = Field(
+        default=True,
+        description="CPU: keep freed heap memory in the process (glibc mallopt) so that operators "
+        "and whole models alike reuse it, as the CUDA caching allocator does, instead of paying "
+        "page faults for fresh output buffers (docs/measurement.md).",
+    )
 
 
 class Settings(BaseSettings):

@@ -22,6 +22,7 @@ import torch
 from operator_db.devices.base import Clock, Device, Sleep
 from operator_db.devices.power import EnergyWindow, EnergyWindowResult
 from operator_db.errors import DeviceError, MeasurementError
+from operator_db.measure.allocator import allocator_state
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.stats import Summary, summarize
 
@@ -203,12 +204,20 @@ def calls_for(duration_s: float, per_call_s: float, minimum: int, maximum: int) 
     return max(minimum, min(maximum, math.ceil(duration_s / per_call_s)))
 
 
-def time_blocks(run: Call, timer: _Timer, settings: MeasureSettings, per_call_s: float) -> Timing:
-    """Time ``blocks`` blocks; re-time while IQR/median exceeds the unstable ratio (a few times)."""
+def time_blocks(
+    run: Call, timer: _Timer, settings: MeasureSettings, per_call_s: float, min_time_s: float = 0.0
+) -> Timing:
+    """Time ``blocks`` blocks (more, up to ``max_blocks``, to last ``min_time_s`` seconds).
+
+    Re-time while IQR/median exceeds the unstable ratio (a few times); keep the steadiest attempt.
+    """
     calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
+    count = settings.blocks
+    if min_time_s > 0 and per_call_s > 0:
+        count = max(count, min(settings.max_blocks, math.ceil(min_time_s / (calls * per_call_s))))
     best: Timing | None = None
     for _attempt in range(settings.retries_when_unstable + 1):
-        blocks = tuple(timer.block_s(run, calls) for _ in range(settings.blocks))
+        blocks = tuple(timer.block_s(run, calls) for _ in range(count))
         timing = Timing("eager", calls, blocks)
         if best is None or timing.summary.iqr_ratio < best.summary.iqr_ratio:
             best = timing
@@ -333,10 +342,13 @@ def measure(
     settings: MeasureSettings,
     *,
     idle_power: float | None = None,
+    min_time_s: float = 0.0,
     clock: Clock = time.perf_counter_ns,
     sleep: Sleep = time.sleep,
 ) -> MeasureResult:
     """Measure ``run`` (one call, reused inputs) on ``device``.
+
+    ``min_time_s`` stretches the timing to at least that many seconds (whole models).
 
     Raises:
         MeasurementError: the call failed, or produced no usable timing.
@@ -345,7 +357,7 @@ def measure(
     timer = _Timer(device, clock)
     rng = random.Random(settings.seed)
     per_call = warm_up(run, timer, settings)
-    eager = time_blocks(run, timer, settings, per_call)
+    eager = time_blocks(run, timer, settings, per_call, min_time_s)
     per_call = eager.summary.median
     timings = [eager]
     flags = list(eager.flags)
@@ -373,7 +385,11 @@ def measure(
         energies = [e for t in trials if (e := t.energy_per_call_j) is not None]
         if len(energies) > 1 and summarize(energies).iqr_ratio > settings.noisy_iqr_ratio:
             flags.append("energy_noisy")
-    provenance = {**device.provenance(), "settings": settings.model_dump()}
+    provenance = {
+        **device.provenance(),
+        "allocator": allocator_state(),
+        "settings": settings.model_dump(),
+    }
     return MeasureResult(
         tuple(timings), tuple(trials), reason, idle_power, tuple(flags), provenance
     )

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from operator_db.db.models import Host, Job, utcnow
 from operator_db.devices.base import Device
 from operator_db.errors import DatabaseError, OperatorDBError
+from operator_db.measure.allocator import retain_freed_memory
 from operator_db.measure.engine import energy_unavailable, idle_power_w
 from operator_db.measure.settings import MeasureSettings
 from operator_db.store import Store
@@ -133,6 +134,7 @@ class Worker:
         self._idle_power: float | None = None
         self._idle_measured_at = -float("inf")
         self._measures_energy = False
+        self.allocator = "unchanged"
 
     def stop(self) -> None:
         """Ask the worker to stop after the current job."""
@@ -191,6 +193,8 @@ class Worker:
         """
         if self.settings.threads is not None:
             torch.set_num_threads(self.settings.threads)
+        if self.settings.retain_freed_memory:
+            self.allocator = retain_freed_memory()
         kind_id = self.register()
         self._measures_energy = self.settings.energy and energy_unavailable(self.device) is None
         stats = WorkerStats()

@@ -167,7 +167,9 @@ def execute_job(
             raise NotFoundError(f"model {job.model_id} no longer exists")
         model_id, model_dtype = model.id, model.dtype
         run = _prepare_model(model, device, settings)
-    result = measure(run, device, settings, idle_power=idle_power_w)
+    result = measure(
+        run, device, settings, idle_power=idle_power_w, min_time_s=settings.model_min_time_s
+    )
     return [
         FullModelRun(
             model_id=model_id,

@@ -183,3 +183,15 @@ def test_idle_power() -> None:
     assert idle_power_w(device, 1.0, sleep=clock.sleep) == pytest.approx(42.0, rel=0.01)
     cpu_like = FakeDevice(has_energy_counter=False, has_power=False)
     assert idle_power_w(cpu_like, 1.0, sleep=clock.sleep) is None
+
+
+def test_min_time_stretches_the_blocks() -> None:
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    settings = fast_settings(block_min_s=0.01, blocks=5, energy=False, max_blocks=300)
+    result = measure(op(clock), device, settings, min_time_s=1.0, clock=clock, sleep=clock.sleep)
+    assert result.eager.calls_per_block == 10
+    assert len(result.eager.block_s) == 100  # 1 s of 10 ms blocks
+    capped = measure(op(clock), device, settings.model_copy(update={"max_blocks": 30}),
+                     min_time_s=1.0, clock=clock, sleep=clock.sleep)
+    assert len(capped.eager.block_s) == 30

@@ -1,0 +1,85 @@
+"""The measurement engine on a real NVIDIA GPU (``pytest -m gpu -s`` prints the figures).
+
+Skipped where NVML or CUDA is absent. Checks: per-call time of a large matmul against
+``torch.utils.benchmark``; the power sampler's overhead on measured time; CUDA-graph timing of a
+sub-50 µs op; counter-based energy per call present and plausible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.utils import benchmark
+
+from operator_db.config import MeasureSettings
+from operator_db.devices import NvidiaDevice, nvml_available
+from operator_db.measure.engine import measure
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu() -> Iterator[NvidiaDevice]:
+    ok, reason = nvml_available()
+    if not ok or not torch.cuda.is_available():
+        pytest.skip(reason if not ok else "CUDA unavailable to torch")
+    device = NvidiaDevice(0)
+    device.counter_update_period_s()
+    yield device
+    device.close()
+
+
+def _matmul(n: int, dtype: torch.dtype = torch.float16):  # type: ignore[no-untyped-def]
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    out = torch.empty_like(a)
+
+    def run() -> None:
+        torch.matmul(a, b, out=out)
+
+    return run, a, b, out
+
+
+def test_large_matmul_matches_torch_benchmark(gpu: NvidiaDevice) -> None:
+    run, a, b, out = _matmul(8192)
+    ours = measure(run, gpu, MeasureSettings(energy=False)).eager.summary.median
+    timer = benchmark.Timer("torch.matmul(a, b, out=out)", globals={"torch": torch, "a": a,
+                                                                     "b": b, "out": out})
+    theirs = timer.blocked_autorange(min_run_time=2.0).median
+    print(f"\n8192² fp16 matmul: ours {ours * 1e3:.3f} ms, torch.utils.benchmark "
+          f"{theirs * 1e3:.3f} ms, {2 * 8192**3 / ours / 1e12:.0f} TFLOP/s")
+    assert ours == pytest.approx(theirs, rel=0.05)
+
+
+def test_sampler_overhead_on_time(gpu: NvidiaDevice) -> None:
+    """Per-call time inside energy windows (sampler thread running) vs plain timed blocks."""
+    run, *_ = _matmul(4096)
+    settings = MeasureSettings(energy_window_s=5.0, trials=2, max_gap_s=0.05)
+    result = measure(run, gpu, settings)
+    plain = result.eager.summary.median
+    in_window = [t.window.duration_s / t.calls for t in result.trials]
+    overhead = max(in_window) / plain - 1
+    energy = result.energy_per_call
+    print(f"\n4096² fp16 matmul: {plain * 1e6:.1f} µs plain, {min(in_window) * 1e6:.1f}–"
+          f"{max(in_window) * 1e6:.1f} µs in energy windows (overhead {overhead:+.2%}); "
+          f"{energy.median * 1e3 if energy else float('nan'):.3f} mJ/call, "
+          f"{result.power_mean_w:.0f} W, counter vs integral {result.disagreement:+.2%}")
+    assert overhead < 0.02
+    assert energy is not None and energy.median > 0
+    assert result.energy_source == "counter"
+
+
+def test_small_op_gets_cuda_graph_timing(gpu: NvidiaDevice) -> None:
+    x = torch.randn(256, device="cuda")
+
+    def run() -> None:
+        torch.relu(x)
+
+    result = measure(run, gpu, MeasureSettings(energy=False))
+    methods = {t.method: t.summary.median for t in result.timings}
+    print(f"\nrelu(256): eager {methods['eager'] * 1e6:.2f} µs, graph "
+          f"{methods.get('graph', float('nan')) * 1e6:.2f} µs")
+    assert "graph" in methods
+    assert methods["graph"] < methods["eager"]
