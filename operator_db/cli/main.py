@@ -15,8 +15,10 @@ from operator_db.cli import db as db_cli
 from operator_db.cli import models as models_cli
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
+from operator_db.cli.estimate import estimate, peaks, roofline
 from operator_db.cli.harvest import harvest
 from operator_db.cli.ingest import ingest
+from operator_db.cli.report import report
 from operator_db.cli.serve import serve
 from operator_db.cli.work import enqueue, jobs_status, measure, worker
 from operator_db.config import get_settings
@@ -40,6 +42,10 @@ app.command()(enqueue)
 app.command()(worker)
 app.command()(measure)
 app.command("jobs")(jobs_status)
+app.command()(estimate)
+app.command()(roofline)
+app.command()(peaks)
+app.command()(report)
 
 
 def _version(value: bool) -> None:

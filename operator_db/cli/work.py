@@ -6,15 +6,17 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy.orm import Session
 
 from operator_db.cli.common import DatabaseOption, console, err_console, open_store
 from operator_db.config import get_settings
 from operator_db.devices.factory import open_device
+from operator_db.estimate.significant import significance_priorities
 from operator_db.store import Store
 from operator_db.worker import jobs
 from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
@@ -37,19 +39,24 @@ def enqueue(
         bool, typer.Option("--no-model-run", help="Do not queue a full-model run.")
     ] = False,
     remeasure: Annotated[bool, typer.Option(help="Queue measured configurations again.")] = False,
+    coverage: CoverageOption = 0.9,
     db: DatabaseOption = None,
 ) -> None:
-    """Queue every configuration of MODEL not yet measured on a kind, plus a full-model run."""
+    """Queue every configuration of MODEL not yet measured on a kind, plus a full-model run.
+
+    The configurations that make up COVERAGE of the model's roofline-bound time go first.
+    """
     store = open_store(db)
     try:
         with store.transaction() as session:
-            result = jobs.enqueue_model(
+            result = _enqueue(
                 session,
                 model,
                 device_kind,
                 priority=priority,
                 with_model_run=not no_model_run,
                 remeasure=remeasure,
+                coverage=coverage,
             )
     finally:
         store.close()
@@ -58,6 +65,33 @@ def enqueue(
         f"{' and a full-model run' if result.queued_model_run else ''}; "
         f"{result.already_measured} already measured, {result.already_queued} already queued, "
         f"{result.opaque} opaque (not measurable)"
+    )
+
+
+CoverageOption = Annotated[
+    float,
+    typer.Option(
+        min=0.01,
+        max=1.0,
+        help="Share of the model's estimated time whose configurations are queued first.",
+    ),
+]
+
+
+def _enqueue(
+    session: Session,
+    model: str,
+    device_kind: str,
+    *,
+    priority: int = 0,
+    coverage: float = 0.9,
+    **kwargs: Any,
+) -> jobs.EnqueueResult:
+    priorities = significance_priorities(
+        session, model, device_kind, target=coverage, base=priority
+    )
+    return jobs.enqueue_model(
+        session, model, device_kind, priority=priority, priorities=priorities, **kwargs
     )
 
 
@@ -174,7 +208,7 @@ def measure(
         kind = dev.identity().name
         dev.close()
         with store.transaction() as session:
-            result = jobs.enqueue_model(session, model, kind, with_model_run=not no_model_run)
+            result = _enqueue(session, model, kind, with_model_run=not no_model_run)
         console.print(
             f"{model} on {kind}: {result.queued_configs} configurations to measure, "
             f"{result.already_measured} already measured"

@@ -1,0 +1,81 @@
+"""Benchmark: estimate vs measured full-model time on this machine's CPU.
+
+Measures every configuration of the given specs and each whole model with the worker (fresh SQLite
+database), then prints a Markdown table of estimate, measured full-model time and error per model,
+and the median absolute error. Run:
+
+    .venv/bin/python bench/bench_estimate.py [SPEC ...] [--device cpu] [--db sqlite:///x.sqlite]
+
+Settings come from the environment as usual (e.g. OPDB_MEASURE__THREADS=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from operator_db.config import get_settings
+from operator_db.db.ingest import ingest_specs
+from operator_db.devices.factory import open_device
+from operator_db.estimate.compose import estimate_model
+from operator_db.specs import load_spec
+from operator_db.store import Store
+from operator_db.worker import jobs
+from operator_db.worker.daemon import Worker, WorkerOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = [f"{m}-b{b}" for m in ("resnet50", "mobilenetv2", "bert-base") for b in (1, 8)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("specs", nargs="*",
+                        default=[str(ROOT / f"measurement_specs/{n}.yaml") for n in DEFAULT])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--db", default=None, help="Keep the results in this database.")
+    args = parser.parse_args()
+    settings = get_settings()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(args.db or f"sqlite:///{tmp}/bench.sqlite")
+        specs = [load_spec(p, max_bytes=settings.max_spec_bytes) for p in args.specs]
+        device = open_device(args.device, settings=settings)
+        kind = device.identity().name
+        start = time.perf_counter()
+        with store.transaction() as session:
+            ingest_specs(session, specs)
+            for loaded in specs:
+                jobs.enqueue_model(session, loaded.spec.model.name, kind)
+        stats = Worker(store, device, settings.measure,
+                       WorkerOptions(until_idle=True, poll_s=0.1)).run()
+        wall = time.perf_counter() - start
+        rows = []
+        with store.transaction(read_only=True) as session:
+            for loaded in specs:
+                est = estimate_model(session, loaded.spec.model.name, kind)
+                rows.append(est)
+        device.close()
+        store.close()
+    print(f"device kind: {kind}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"{stats.done} jobs in {wall:.0f} s, {stats.failed} failed")
+    print()
+    print("| model | estimate (ms) | measured (ms) | error | coverage |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    errors = []
+    for est in rows:
+        err = est.time_error
+        if err is not None:
+            errors.append(abs(err))
+        measured = "-" if est.full_run_time_s is None else f"{est.full_run_time_s * 1e3:.2f}"
+        print(f"| {est.model} | {est.time_s * 1e3:.2f} | {measured} | "
+              f"{'-' if err is None else f'{err:+.1%}'} | {est.coverage:.0%} |")
+    if errors:
+        print(f"\nmedian absolute error: {statistics.median(errors):.1%} over {len(errors)} models")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""``opdb estimate``, ``opdb roofline``, ``opdb peaks``: what a model costs and what bounds it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from operator_db.cli.common import DatabaseOption, console, open_store
+from operator_db.db.models import DeviceKind, FullModelRun, Measurement, ModelOperator
+from operator_db.db.queries import get_model
+from operator_db.errors import NotFoundError
+from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.peaks import find_chip, load_peak_table, peaks_for_kind
+from operator_db.estimate.roofline import best_peaks, peaks_of, plot_roofline, roofline_table
+
+KindOption = Annotated[
+    str | None,
+    typer.Option("--device-kind", help="Device kind (default: the only one measured for MODEL)."),
+]
+
+
+def pick_kind(session: Session, model_name: str, kind: str | None) -> str:
+    """Return ``kind``, or the only device kind with measurements of the model.
+
+    Raises:
+        NotFoundError: none or several kinds qualify (the message lists them).
+    """
+    if kind is not None:
+        return kind
+    model = get_model(session, model_name)
+    configs = select(ModelOperator.config_id).where(ModelOperator.model_id == model.id)
+    kinds = set(
+        session.scalars(
+            select(DeviceKind.name)
+            .join(Measurement, Measurement.device_kind_id == DeviceKind.id)
+            .where(Measurement.config_id.in_(configs))
+        )
+    ) | set(
+        session.scalars(
+            select(DeviceKind.name)
+            .join(FullModelRun, FullModelRun.device_kind_id == DeviceKind.id)
+            .where(FullModelRun.model_id == model.id)
+        )
+    )
+    if len(kinds) == 1:
+        return kinds.pop()
+    if not kinds:
+        raise NotFoundError(
+            f"{model_name} is not measured on any device kind yet: run "
+            f"`opdb measure {model_name}` (or enqueue it for a worker)"
+        )
+    raise NotFoundError(
+        f"{model_name} is measured on several kinds; choose with --device-kind: "
+        + ", ".join(sorted(kinds))
+    )
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _print_estimate(est: Estimate, top: int) -> None:
+    energy = "-" if est.energy_j is None else f"{est.energy_j * 1e3:.3f} mJ ({est.energy})"
+    run_energy = "-" if est.full_run_energy_j is None else f"{est.full_run_energy_j * 1e3:.3f} mJ"
+    head = Table(show_header=False, title=f"{est.model} ({est.mode}) on {est.device_kind}")
+    head.add_row("estimate (Σ count × per-call)", f"{_ms(est.time_s)} ms, {energy}")
+    head.add_row("measured full model", f"{_ms(est.full_run_time_s)} ms, {run_energy}")
+    head.add_row(
+        "error of the estimate", f"time {_pct(est.time_error)}, energy {_pct(est.energy_error)}"
+    )
+    head.add_row(
+        "coverage",
+        f"{est.coverage:.1%} of operator calls measured"
+        + (
+            ""
+            if est.coverage_roofline is None
+            else f", {est.coverage_roofline:.1%} of roofline-bound time"
+        ),
+    )
+    if est.roofline_time_s is not None and est.peaks is not None:
+        head.add_row("roofline bound", f"{_ms(est.roofline_time_s)} ms ({est.peaks.source})")
+    head.add_row(
+        "timing used",
+        f"{est.timing} (CUDA graph where measured)" if est.timing == "graph" else "eager",
+    )
+    console.print(head)
+    ops = Table(
+        "operator",
+        "configs",
+        "calls",
+        "time (ms)",
+        "share",
+        "energy (mJ)",
+        "GFLOPs",
+        title="by operator type",
+    )
+    for r in est.by_op.itertuples():
+        ops.add_row(
+            str(r.op),
+            str(r.configs),
+            str(r.calls),
+            _ms(r.time_s),
+            f"{r.time_share:.1%}",
+            "-" if r.energy_j != r.energy_j else f"{r.energy_j * 1e3:.3f}",
+            f"{r.flops / 1e9:.3f}",
+        )
+    console.print(ops)
+    cfgs = Table(
+        "operator",
+        "inputs",
+        "count",
+        "per call (µs)",
+        "total (ms)",
+        "share",
+        "flags",
+        title=f"largest {top} configurations",
+    )
+    ranked = est.configs.sort_values("time_s", ascending=False, na_position="last").head(top)
+    for r in ranked.itertuples():
+        cfgs.add_row(
+            str(r.op),
+            str(r.inputs),
+            str(r.count),
+            "-" if not r.measured else f"{r.time_per_call_s * 1e6:.1f}",
+            _ms(r.time_s if r.measured else None),
+            "-" if not r.measured else f"{r.time_share:.1%}",
+            str(r.flags or ""),
+        )
+    console.print(cfgs)
+    for note in est.notes:
+        console.print(f"note: {note}")
+
+
+def estimate(
+    model: Annotated[str, typer.Argument(help="Model name (see `opdb models list`).")],
+    device_kind: KindOption = None,
+    timing: Annotated[
+        str, typer.Option(help="eager, or graph (CUDA-graph time where measured).")
+    ] = "eager",
+    energy: Annotated[str, typer.Option(help="total, or dynamic (idle power removed).")] = "total",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the per-configuration CSV.")] = False,
+    top: Annotated[int, typer.Option(help="Configurations listed in the table.")] = 15,
+    db: DatabaseOption = None,
+) -> None:
+    """Estimate MODEL's time and energy on a device kind from its measured operators."""
+    if timing not in ("eager", "graph") or energy not in ("total", "dynamic"):
+        raise typer.BadParameter("--timing is eager or graph; --energy is total or dynamic")
+    store = open_store(db)
+    try:
+        with store.transaction(read_only=True) as session:
+            kind = pick_kind(session, model, device_kind)
+            info = get_model(session, model)
+            peaks = best_peaks(peaks_for_kind(session, kind), info.dtype)
+            est = estimate_model(
+                session,
+                model,
+                kind,
+                timing="graph" if timing == "graph" else "eager",
+                energy="dynamic" if energy == "dynamic" else "total",
+                peaks=peaks,
+            )
+    finally:
+        store.close()
+    if as_json:
+        payload: dict[str, Any] = {
+            **est.summary(),
+            "by_op": json.loads(est.by_op.to_json(orient="records")),
+            "configurations": json.loads(est.configs.to_json(orient="records")),
+        }
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    elif as_csv:
+        est.configs.to_csv(sys.stdout, index=False)
+    else:
+        _print_estimate(est, top)
+
+
+def roofline(
+    model: Annotated[str, typer.Argument(help="Model name.")],
+    device_kind: KindOption = None,
+    out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")] = Path(
+        "roofline.png"
+    ),
+    chips: Annotated[
+        str, typer.Option(help="Comma-separated chips of the peak table to overlay.")
+    ] = "",
+    as_csv: Annotated[bool, typer.Option("--csv", help="Also print the table as CSV.")] = False,
+    db: DatabaseOption = None,
+) -> None:
+    """Plot MODEL on the device's roofline: roofs, one point per configuration, the model."""
+    store = open_store(db)
+    try:
+        with store.transaction(read_only=True) as session:
+            kind = pick_kind(session, model, device_kind)
+            info = get_model(session, model)
+            kind_peaks = peaks_for_kind(session, kind)
+            spec = peaks_of(kind_peaks, info.dtype, "spec")
+            measured = peaks_of(kind_peaks, info.dtype, "measured")
+            est = estimate_model(session, model, kind, peaks=measured or spec)
+    finally:
+        store.close()
+    if spec is None and measured is None:
+        raise NotFoundError(
+            f"no peaks known for {kind}: run `opdb peaks` on such a host, or use "
+            "a device kind of the peak table (`opdb peaks --list`)"
+        )
+    table = roofline_table(est, spec, measured)
+    names = [c.strip() for c in chips.split(",") if c.strip()]
+    path = plot_roofline(
+        est, table, out, spec=spec, measured=measured, chips=names, dtype=info.dtype
+    )
+    bounds = table[table["op"] != "(model)"]["bound"].value_counts().to_dict()
+    model_row = table[table["op"] == "(model)"].iloc[0]
+    console.print(
+        f"wrote {path}: {len(table) - 1} configurations "
+        f"({bounds.get('memory', 0)} memory-bound, {bounds.get('compute', 0)} "
+        f"compute-bound); model at {model_row['intensity']:.1f} FLOP/byte, "
+        f"{(model_row['efficiency'] or 0):.1%} of its roofline bound"
+    )
+    if as_csv:
+        table.to_csv(sys.stdout, index=False)
+
+
+def peaks(
+    device: Annotated[
+        str | None, typer.Option("--device", help="auto, cpu, nvidia[:N] or fake.")
+    ] = None,
+    dtypes: Annotated[str, typer.Option(help="Comma-separated matmul dtypes.")] = (
+        "float32,float16,bfloat16"
+    ),
+    list_table: Annotated[
+        bool, typer.Option("--list", help="Print the shipped spec-sheet table and exit.")
+    ] = False,
+    db: DatabaseOption = None,
+) -> None:
+    """Measure this host's attainable peaks (large matmul per dtype, large copy) and store them."""
+    if list_table:
+        table = Table(
+            "chip",
+            "category",
+            "float32 TFLOP/s",
+            "float16 TFLOP/s",
+            "bfloat16 TFLOP/s",
+            "bandwidth GB/s",
+            "source",
+        )
+        for chip in load_peak_table():
+            f = {str(k): v for k, v in chip.peak_flops_per_s.items()}
+
+            def tf(name: str, f: dict[str, float] = f) -> str:
+                return f"{f[name] / 1e12:.1f}" if name in f else "-"
+
+            table.add_row(
+                chip.name,
+                chip.category,
+                tf("float32"),
+                tf("float16"),
+                tf("bfloat16"),
+                f"{chip.memory_bandwidth_bytes_per_s / 1e9:.0f}",
+                chip.source,
+            )
+        console.print(table)
+        return
+    from operator_db.config import get_settings
+    from operator_db.devices.factory import open_device
+    from operator_db.estimate.peaks import measure_peaks, record_peaks
+
+    dev = open_device(device, settings=get_settings())
+    try:
+        measured = measure_peaks(dev, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()])
+    finally:
+        dev.close()
+    store = open_store(db)
+    try:
+        with store.transaction() as session:
+            kind_peaks = record_peaks(session, measured)
+    finally:
+        store.close()
+    matched = find_chip(measured.kind_name)
+    table = Table(
+        "quantity",
+        "dtype",
+        "spec",
+        "measured",
+        "measured / spec",
+        title=f"{measured.kind_name}" + (f" (table: {matched.name})" if matched else ""),
+    )
+    for row in kind_peaks.rows():
+        unit, scale = ("GB/s", 1e9) if row["quantity"] == "bytes_per_s" else ("TFLOP/s", 1e12)
+
+        def fmt(v: float | None, unit: str = unit, scale: float = scale) -> str:
+            return "-" if v is None else f"{v / scale:.2f} {unit}"
+
+        frac = row.get("fraction_of_spec")
+        table.add_row(
+            row["quantity"],
+            row["dtype"] or "",
+            fmt(row.get("spec")),
+            fmt(row.get("measured")),
+            "-" if frac is None else f"{frac:.0%}",
+        )
+    console.print(table)
+    for dtype, reason in measured.skipped.items():
+        console.print(f"skipped {dtype}: {reason}")

@@ -1,0 +1,48 @@
+"""``opdb report``: the batch, complexity, correlation and backward studies as one report."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from operator_db.cli.common import DatabaseOption, console, open_store
+from operator_db.estimate.report import build_report
+
+
+class ReportFormatChoice(StrEnum):
+    """Output formats of ``opdb report``."""
+
+    md = "md"
+    html = "html"
+
+
+def report(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for the report, its plots and CSV tables.")
+    ] = Path("report"),
+    fmt: Annotated[
+        ReportFormatChoice, typer.Option("--format", help="Markdown (md) or HTML.")
+    ] = ReportFormatChoice.md,
+    device_kind: Annotated[
+        list[str] | None,
+        typer.Option("--device-kind", help="Study only this device kind (repeatable)."),
+    ] = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Write the batch-size, FLOPs/params, rank-correlation and backward studies with plots."""
+    store = open_store(db)
+    try:
+        with store.transaction(read_only=True) as session:
+            path = build_report(
+                session,
+                out,
+                fmt="html" if fmt is ReportFormatChoice.html else "md",
+                device_kinds=device_kind or None,
+                source=store.display_url,
+            )
+    finally:
+        store.close()
+    console.print(f"wrote {path}")

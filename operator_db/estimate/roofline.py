@@ -1,0 +1,244 @@
+"""The roofline of a model on a device kind: per-configuration bounds, and the plot.
+
+The roofline bound of a configuration is max(FLOPs / peak FLOP/s, bytes / peak bandwidth)
+(METHODOLOGY §5): no implementation can beat it. Achieved FLOP/s is FLOPs / measured time;
+arithmetic intensity is FLOPs / compulsory bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from operator_db.errors import ConfigurationError, OperatorDBError
+from operator_db.estimate.compose import Estimate, Peaks
+from operator_db.estimate.peaks import ChipPeaks, KindPeaks, PeakSource, find_chip
+
+ROOFLINE_COLUMNS = [
+    "op",
+    "inputs",
+    "count",
+    "flops",
+    "bytes",
+    "intensity",
+    "time_per_call_s",
+    "achieved_flops_per_s",
+    "roofline_spec_s",
+    "roofline_measured_s",
+    "bound",
+    "efficiency",
+    "time_share",
+]
+
+
+def peaks_of(kind: KindPeaks, dtype: str, source: PeakSource) -> Peaks | None:
+    """Return ``source``'s compute peak for ``dtype`` and bandwidth as :class:`Peaks`, if both."""
+    flops = kind.flops_per_s(dtype, prefer=source)
+    bw = kind.bytes_per_s(prefer=source)
+    if flops is None or bw is None or flops.source != source or bw.source != source:
+        return None
+    return Peaks(flops.value, bw.value, source=f"{source} ({flops.dtype})")
+
+
+def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
+    """Measured peaks if both are known, else spec-sheet ones, else a mix, else None."""
+    sources: tuple[PeakSource, ...] = ("measured", "spec")
+    for source in sources:
+        found = peaks_of(kind, dtype, source)
+        if found is not None:
+            return found
+    flops = kind.flops_per_s(dtype)
+    bw = kind.bytes_per_s()
+    if flops is None or bw is None:
+        return None
+    return Peaks(flops.value, bw.value, source=f"{flops.source} FLOP/s, {bw.source} bandwidth")
+
+
+def _bound(flops: float, nbytes: float, peaks: Peaks | None) -> float | None:
+    if peaks is None:
+        return None
+    return max(flops / peaks.flops_per_s, nbytes / peaks.bytes_per_s)
+
+
+def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) -> pd.DataFrame:
+    """Return one row per measurable configuration, then a row ``(model)`` for the whole model.
+
+    Times in s, FLOP/s, bytes; ``bound`` says which roof limits the configuration ("memory" or
+    "compute", by the measured peaks where known); ``efficiency`` = roofline bound / measured time.
+    """
+    reference = measured or spec
+    rows: list[dict[str, Any]] = []
+    cfgs = est.configs[est.configs["kind"] != "opaque"]
+    for r in cfgs.itertuples():
+        flops = float(r.flops or 0)
+        nbytes = float(r.bytes or 0)
+        t = r.time_per_call_s if r.measured else None
+        bound_ref = _bound(flops, nbytes, reference)
+        kind = None
+        if reference is not None:
+            kind = (
+                "compute"
+                if flops / reference.flops_per_s > nbytes / reference.bytes_per_s
+                else "memory"
+            )
+        rows.append(
+            {
+                "op": r.op,
+                "inputs": r.inputs,
+                "count": r.count,
+                "flops": flops,
+                "bytes": nbytes,
+                "intensity": flops / nbytes if nbytes else math.inf,
+                "time_per_call_s": t,
+                "achieved_flops_per_s": flops / t if t else None,
+                "roofline_spec_s": _bound(flops, nbytes, spec),
+                "roofline_measured_s": _bound(flops, nbytes, measured),
+                "bound": kind,
+                "efficiency": bound_ref / t if t and bound_ref is not None else None,
+                "time_share": r.time_share,
+            }
+        )
+    total_flops = float((cfgs["count"] * cfgs["flops"].fillna(0)).sum())
+    total_bytes = float((cfgs["count"] * cfgs["bytes"].fillna(0)).sum())
+    spec_total = sum(r["count"] * r["roofline_spec_s"] for r in rows) if spec else None
+    meas_total = sum(r["count"] * r["roofline_measured_s"] for r in rows) if measured else None
+    model_time = est.full_run_time_s or (est.time_s if est.coverage == 1.0 else None)
+    ref_total = meas_total if measured else spec_total
+    rows.append(
+        {
+            "op": "(model)",
+            "inputs": "",
+            "count": 1,
+            "flops": total_flops,
+            "bytes": total_bytes,
+            "intensity": total_flops / total_bytes if total_bytes else math.inf,
+            "time_per_call_s": model_time,
+            "achieved_flops_per_s": total_flops / model_time if model_time else None,
+            "roofline_spec_s": spec_total,
+            "roofline_measured_s": meas_total,
+            "bound": None,
+            "efficiency": ref_total / model_time if model_time and ref_total else None,
+            "time_share": 1.0,
+        }
+    )
+    return pd.DataFrame.from_records(rows, columns=ROOFLINE_COLUMNS)
+
+
+def _roof(ax: Any, peaks: Peaks, xs: Sequence[float], **style: Any) -> None:
+    ys = [min(peaks.flops_per_s, x * peaks.bytes_per_s) for x in xs]
+    ax.plot(xs, ys, **style)
+
+
+def plot_roofline(
+    est: Estimate,
+    table: pd.DataFrame,
+    path: Path,
+    *,
+    spec: Peaks | None,
+    measured: Peaks | None,
+    chips: Sequence[str] = (),
+    dtype: str = "float32",
+) -> Path:
+    """Draw the device's roofs, one point per measured configuration and the model; save a PNG.
+
+    Points are sized by their share of the model's time and coloured by operator type (the eight
+    largest; the rest grey). ``chips`` overlays the roofs of chips of the shipped peak table.
+
+    Raises:
+        OperatorDBError: matplotlib is missing, or nothing is measured to plot.
+        ConfigurationError: a chip name matches no chip of the table.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise OperatorDBError("plots need matplotlib: pip install 'operator-db[plot]'") from None
+    points = table[(table["op"] != "(model)") & table["achieved_flops_per_s"].notna()]
+    points = points[(points["flops"] > 0) & (points["bytes"] > 0)]
+    if points.empty:
+        raise OperatorDBError(
+            f"nothing to plot: no measured configuration of {est.model} with FLOPs on "
+            f"{est.device_kind} (run `opdb measure` or a worker first)"
+        )
+    overlay: list[ChipPeaks] = []
+    for name in chips:
+        chip = find_chip(name)
+        if chip is None:
+            raise ConfigurationError(
+                f"no chip {name!r} in the peak table (see `opdb peaks --list`)"
+            )
+        overlay.append(chip)
+    lo = max(min(points["intensity"].min() / 4, 0.01), 1e-3)
+    hi = max(points["intensity"].max() * 4, 1e3)
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    fig, ax = plt.subplots(figsize=(10, 6.5), dpi=120)
+    if spec is not None:
+        _roof(ax, spec, xs, color="black", lw=2, label=f"spec-sheet roof ({spec.source})")
+    if measured is not None:
+        _roof(
+            ax,
+            measured,
+            xs,
+            color="black",
+            lw=2,
+            ls="--",
+            label=f"measured roof ({measured.source})",
+        )
+    for chip in overlay:
+        by_dtype: dict[str, float] = {str(k): v for k, v in chip.peak_flops_per_s.items()}
+        flops = by_dtype.get(dtype) or max(by_dtype.values())
+        peaks = Peaks(flops, chip.memory_bandwidth_bytes_per_s, chip.name)
+        _roof(ax, peaks, xs, lw=1, alpha=0.6, label=f"{chip.name} ({dtype} spec)")
+    by_share = points.groupby("op")["time_share"].sum().sort_values(ascending=False)
+    top = list(by_share.index[:8])
+    cmap = plt.get_cmap("tab10")
+    for i, op in enumerate([*top, "other"]):
+        sel = points[points["op"].isin(top) == (op != "other")]
+        sel = sel[sel["op"] == op] if op != "other" else sel
+        if sel.empty:
+            continue
+        sizes = 15 + 600 * sel["time_share"].fillna(0).clip(lower=0)
+        ax.scatter(
+            sel["intensity"],
+            sel["achieved_flops_per_s"],
+            s=sizes,
+            alpha=0.6,
+            color=cmap(i) if op != "other" else "grey",
+            edgecolors="white",
+            linewidths=0.5,
+            label=op.removeprefix("torch.nn.functional.").removeprefix("torch.nn.")
+            + f" ({sel['time_share'].sum():.0%} of time)",
+        )
+    model = table[table["op"] == "(model)"].iloc[0]
+    if model["achieved_flops_per_s"] and model["bytes"]:
+        ax.scatter(
+            [model["intensity"]],
+            [model["achieved_flops_per_s"]],
+            marker="*",
+            s=350,
+            color="red",
+            edgecolors="black",
+            zorder=5,
+            label="whole model",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte, compulsory traffic)")
+    ax.set_ylabel("achieved performance (FLOP/s)")
+    ax.set_title(
+        f"Roofline: {est.model} ({est.mode}) on {est.device_kind}\n"
+        f"{len(points)} configurations; marker area ∝ share of the model's time"
+    )
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8, loc="lower right", framealpha=0.9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,104 @@
+"""Significant operators: the configurations that make up most of a model's time.
+
+Before anything is measured, a configuration's share is its roofline-bound time (the device
+kind's peaks, measured or spec-sheet; a generic device where none is known). Once measured, its
+measured time counts instead. The smallest set of configurations whose shares add up to the
+coverage target is what must be measured first: the queue gives them a higher priority.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from operator_db.db.models import DeviceKind, Measurement, ModelOperator, OperatorConfig
+from operator_db.db.queries import get_model
+from operator_db.estimate.compose import Peaks
+from operator_db.estimate.peaks import peaks_for_kind
+from operator_db.estimate.roofline import best_peaks
+
+GENERIC_PEAKS = Peaks(flops_per_s=1e12, bytes_per_s=1e11, source="generic (no peaks known)")
+"""Stand-in peaks (1 TFLOP/s, 100 GB/s) to rank configurations on a kind with no known peaks."""
+
+
+@dataclass(frozen=True)
+class Significance:
+    """One configuration's share of the model's (estimated) time."""
+
+    config_id: int
+    key: str
+    op: str
+    time_s: float
+    """count × per-call time: measured where measured, else roofline-bound (s)."""
+    measured: bool
+    share: float
+    significant: bool
+
+
+def significant_configs(
+    session: Session, model_name: str, device_kind: str, *, target: float = 0.9
+) -> list[Significance]:
+    """Rank a model's measurable configurations by time share; mark those that reach ``target``.
+
+    Raises:
+        NotFoundError: unknown model.
+        ValueError: ``target`` outside (0, 1].
+    """
+    if not 0 < target <= 1:
+        raise ValueError(f"coverage target must be in (0, 1], got {target}")
+    model = get_model(session, model_name)
+    peaks = best_peaks(peaks_for_kind(session, device_kind), model.dtype) or GENERIC_PEAKS
+    rows = session.execute(
+        select(OperatorConfig, ModelOperator.count)
+        .join(ModelOperator, ModelOperator.config_id == OperatorConfig.id)
+        .where(ModelOperator.model_id == model.id, OperatorConfig.kind != "opaque")
+    ).all()
+    measured: dict[int, float] = {}
+    newest_last = session.execute(
+        select(Measurement.config_id, Measurement.time_median_s)
+        .join(DeviceKind, DeviceKind.id == Measurement.device_kind_id)
+        .where(
+            DeviceKind.name == device_kind,
+            Measurement.timing == "eager",
+            Measurement.config_id.in_([cfg.id for cfg, _ in rows]),
+        )
+        .order_by(Measurement.created_at, Measurement.id)
+    )
+    for config_id, per_call_s in newest_last:
+        measured[config_id] = per_call_s
+    items = []
+    for cfg, count in rows:
+        per_call = measured.get(cfg.id)
+        if per_call is None:
+            per_call = max(
+                (cfg.flops or 0) / peaks.flops_per_s, (cfg.bytes or 0) / peaks.bytes_per_s
+            )
+        items.append((cfg, count * per_call, cfg.id in measured))
+    total = sum(t for _, t, _ in items) or 1.0
+    items.sort(key=lambda item: -item[1])
+    out: list[Significance] = []
+    reached = 0.0
+    for cfg, t, is_measured in items:
+        share = t / total
+        significant = reached < target
+        reached += share
+        out.append(Significance(cfg.id, cfg.key, cfg.op, t, is_measured, share, significant))
+    return out
+
+
+def significance_priorities(
+    session: Session,
+    model_name: str,
+    device_kind: str,
+    *,
+    target: float = 0.9,
+    base: int = 0,
+    boost: int = 10,
+) -> dict[int, int]:
+    """Return job priorities by config id: ``base + boost`` for significant ones, else ``base``."""
+    return {
+        s.config_id: base + (boost if s.significant else 0)
+        for s in significant_configs(session, model_name, device_kind, target=target)
+    }
