@@ -1,13 +1,20 @@
-"""``opdb demo``: the main job end to end on the embedded default (SQLite, CPU)."""
+"""``opdb demo``: the main job end to end on the embedded default (SQLite file, CPU).
+
+Harvest a model into a spec, ingest it with the shipped example specs, measure every configuration
+and the whole model on this machine, compose the estimate, compare it with the measured model, and
+draw the roofline and the report.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.cli.ingest import summary_table
 from operator_db.config import get_settings
-from operator_db.db import queries
 from operator_db.db.ingest import ingest_specs
 from operator_db.errors import ConfigurationError
 from operator_db.specs import expand_spec_paths, load_spec
@@ -22,23 +29,61 @@ def example_specs_dir() -> Path:
     raise ConfigurationError(f"example specs not found next to {here}")
 
 
-def demo(db: DatabaseOption = None) -> None:
-    """Ingest the shipped example specs and show what the database now holds."""
+def demo(
+    model: Annotated[
+        str, typer.Option(help="Model reference to harvest and measure.")
+    ] = "transformers:ResNetModel",
+    name: Annotated[str, typer.Option(help="Its name in the database.")] = "demo-resnet50-b1",
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option("--input", "-i", help="Inputs as for `opdb harvest` (default: the model's)."),
+    ] = None,
+    device: Annotated[str, typer.Option(help="Device to measure on (cpu, nvidia, fake).")] = "cpu",
+    out: Annotated[Path, typer.Option(help="Folder for the spec, roofline and report.")] = Path(
+        "opdb-demo"
+    ),
+    db: DatabaseOption = None,
+) -> None:
+    """Harvest MODEL, ingest it and the example specs, measure it here, estimate, plot, report."""
+    from operator_db.cli.estimate import estimate, peaks, roofline
+    from operator_db.cli.work import measure
+    from operator_db.estimate.report import build_report
+    from operator_db.harvest import harvest, parse_input
+
     settings = get_settings()
-    files = expand_spec_paths([example_specs_dir()])
+    out.mkdir(parents=True, exist_ok=True)
+    console.rule("1. harvest")
+    example = [parse_input(text) for text in inputs] if inputs else None
+    result = harvest(model, example, name=name, description=f"{model}, harvested by `opdb demo`")
+    spec_path = out / f"{name}.yaml"
+    result.write(spec_path)
+    console.print(f"{model}: {result.configurations} configurations, {result.calls} calls, "
+                  f"{result.flops / 1e9:.2f} GFLOPs per forward, on {result.device} in "
+                  f"{result.seconds:.2f} s → {spec_path}")
+    console.rule("2. ingest")
+    files = [*expand_spec_paths([example_specs_dir()]), spec_path]
     specs = [load_spec(path, max_bytes=settings.max_spec_bytes) for path in files]
     store = open_store(db)
     console.print(f"database: {store.display_url}")
     try:
         with store.transaction() as session:
             results = ingest_specs(session, specs)
-        console.print(summary_table(results))
-        with store.transaction() as session:
-            summaries = queries.model_summaries(session)
     finally:
         store.close()
-    for s in summaries:
-        console.print(
-            f"{s.name}: {s.configs} configurations, {s.calls} operator calls, "
-            f"{s.flops / 1e9:.2f} GFLOPs per {'step' if s.mode == 'training' else 'forward'}"
-        )
+    console.print(summary_table(results))
+    console.rule(f"3. measure {name} on {device}")
+    measure(name, device=device, no_model_run=False, db=db)
+    console.rule("4. estimate")
+    estimate(name, device_kind=None, timing="eager", energy="total", as_json=False,
+             as_csv=False, top=10, db=db)
+    console.rule("5. peaks of this device (float32 matmul, copy)")
+    peaks(device=device, dtypes="float32", list_table=False, db=db)
+    console.rule("6. roofline and report")
+    roofline(name, device_kind=None, out=out / "roofline.png", chips="", as_csv=False, db=db)
+    store = open_store(db)
+    try:
+        with store.transaction(read_only=True) as session:
+            path = build_report(session, out / "report", fmt="md", source=store.display_url)
+    finally:
+        store.close()
+    console.print(f"wrote {path}")

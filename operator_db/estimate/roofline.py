@@ -41,7 +41,7 @@ def peaks_of(kind: KindPeaks, dtype: str, source: PeakSource) -> Peaks | None:
     bw = kind.bytes_per_s(prefer=source)
     if flops is None or bw is None or flops.source != source or bw.source != source:
         return None
-    return Peaks(flops.value, bw.value, source=f"{source} ({flops.dtype})")
+    return Peaks(flops.value, bw.value, source=f"{source} {flops.dtype} peak and bandwidth")
 
 
 def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
@@ -179,7 +179,7 @@ def plot_roofline(
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     fig, ax = plt.subplots(figsize=(10, 6.5), dpi=120)
     if spec is not None:
-        _roof(ax, spec, xs, color="black", lw=2, label=f"spec-sheet roof ({spec.source})")
+        _roof(ax, spec, xs, color="black", lw=2, label=f"roof, {spec.source}")
     if measured is not None:
         _roof(
             ax,
@@ -188,7 +188,7 @@ def plot_roofline(
             color="black",
             lw=2,
             ls="--",
-            label=f"measured roof ({measured.source})",
+            label=f"roof, {measured.source}",
         )
     for chip in overlay:
         by_dtype: dict[str, float] = {str(k): v for k, v in chip.peak_flops_per_s.items()}

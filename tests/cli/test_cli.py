@@ -15,7 +15,7 @@ from sqlalchemy import inspect
 from operator_db.db.engine import make_engine
 from operator_db.store import Store, row_counts
 from tests.conftest import POSTGRES_URL
-from tests.helpers import EXAMPLE_SPECS, linear_op, run_cli, snapshot, spec_dict
+from tests.helpers import EXAMPLE_SPECS, FAST_MEASURE, linear_op, run_cli, snapshot, spec_dict
 
 
 def counts_of(url: str) -> dict[str, int]:
@@ -181,16 +181,25 @@ def test_postgres_behind_head_is_not_migrated_silently(
 
 
 def test_sqlite_default_is_created_and_upgraded_on_first_use(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # conftest points OPDB_DATABASE_URL at tmp_path/default.sqlite, which does not exist yet.
-    result = run_cli(capsys, "demo")
+    # The whole main job, on a small model and the fake device so that it takes seconds.
+    for name, value in FAST_MEASURE.items():
+        monkeypatch.setenv(name, value)
+    args = ["demo", "--model", "module:operator_db.examples:mlp", "--input", "8x784",
+            "--name", "demo-mlp", "--device", "fake", "--out", str(tmp_path / "out")]
+    result = run_cli(capsys, *args)
     assert result.code == 0, result.err
     assert (tmp_path / "default.sqlite").exists()
-    assert "mlp-small-b8" in result.out
+    assert "mlp-small-b8" in result.out and "demo-mlp" in result.out
+    assert "estimate (Σ count × per-call)" in result.out
+    for made in ("demo-mlp.yaml", "roofline.png", "report/report.md"):
+        assert (tmp_path / "out" / made).stat().st_size > 0, made
     status = run_cli(capsys, "db", "status")
     assert "revision: 0001 (code expects 0001)" in status.out
-    again = run_cli(capsys, "demo")
+    again = run_cli(capsys, *args)
+    assert again.code == 0, again.err
     assert "unchanged" in again.out
 
 

@@ -19,23 +19,9 @@ from sqlalchemy import func, select
 
 from operator_db.db.models import Job, Measurement
 from operator_db.store import Store
-from tests.helpers import relu_op, spec_dict
+from tests.helpers import FAST_MEASURE, relu_op, spec_dict
 
-FAST = {
-    "OPDB_DEVICE": "fake",
-    "OPDB_FAKE_UPDATE_PERIOD_S": "0.001",
-    "OPDB_MEASURE__WARMUP_S": "0",
-    "OPDB_MEASURE__WARMUP_MIN_CALLS": "1",
-    "OPDB_MEASURE__BLOCK_MIN_S": "0.0002",
-    "OPDB_MEASURE__BLOCKS": "3",
-    "OPDB_MEASURE__RETRIES_WHEN_UNSTABLE": "0",
-    "OPDB_MEASURE__ENERGY_WINDOW_S": "0.005",
-    "OPDB_MEASURE__ENERGY_WINDOW_MIN_CALLS": "2",
-    "OPDB_MEASURE__TRIALS": "1",
-    "OPDB_MEASURE__MAX_GAP_S": "0",
-    "OPDB_MEASURE__IDLE_WINDOW_S": "0.005",
-    "OPDB_MEASURE__COOLDOWN_S": "0",
-}
+FAST = FAST_MEASURE
 
 
 def worker_env(**extra: str) -> dict[str, str]:
