@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db.models import Model, ModelOperator, OperatorConfig
 from operator_db.errors import NotFoundError
+from operator_db.specs.schema import OperatorSpec
 
 
 @dataclass(frozen=True)
@@ -107,3 +108,18 @@ def model_operators(session: Session, name: str) -> list[ModelOperatorRow]:
         )
         for mo, cfg in rows
     ]
+
+
+def config_spec(config: OperatorConfig) -> OperatorSpec:
+    """Return the spec form of a stored configuration (what ``operator_db.ops`` rebuilds)."""
+    return OperatorSpec.model_validate(
+        {
+            "op": config.op,
+            "kind": config.kind,
+            "args": config.args,
+            "dtype": config.dtype,
+            "inputs": config.inputs,
+            "call": config.call,
+            "outputs": config.outputs,
+        }
+    )

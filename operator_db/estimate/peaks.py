@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from operator_db.db.models import DeviceKind, DevicePeak
 from operator_db.devices.base import Clock, Device
 from operator_db.errors import MeasurementError, SpecError
+from operator_db.measure.engine import BlockTimer
 from operator_db.measure.stats import summarize
 from operator_db.specs.io import format_error, format_loc
 from operator_db.worker.jobs import get_or_create_device_kind
@@ -516,35 +517,6 @@ class MeasuredPeaks:
         }
 
 
-def _cuda_event() -> torch.cuda.Event:
-    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-
-
-class _Timer:
-    """Times a block of calls: CUDA events on a GPU, the host clock around synchronize elsewhere."""
-
-    def __init__(self, device: Device, clock: Clock) -> None:
-        self.device = device
-        self.clock = clock
-        self.cuda = device.torch_device().type == "cuda"
-
-    def block_s(self, run: Run, calls: int) -> float:
-        if self.cuda:
-            start, end = _cuda_event(), _cuda_event()
-            start.record()
-            for _ in range(calls):
-                run()
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end)) / 1000
-        self.device.synchronize()
-        t0 = self.clock()
-        for _ in range(calls):
-            run()
-        self.device.synchronize()
-        return (self.clock() - t0) / 1e9
-
-
 @contextmanager
 def _float32_matmul_precision(precision: str) -> Iterator[None]:
     """Set ``torch.set_float32_matmul_precision`` for the block, then restore it."""
@@ -557,7 +529,7 @@ def _float32_matmul_precision(precision: str) -> Iterator[None]:
 
 
 def _time_kernel(
-    run: Run, timer: _Timer, *, min_time_s: float, repeats: int
+    run: Run, timer: BlockTimer, *, min_time_s: float, repeats: int
 ) -> tuple[int, tuple[float, ...]]:
     """Warm up for a quarter of ``min_time_s``, then time ``repeats`` blocks filling it.
 
@@ -587,7 +559,7 @@ def _time_kernel(
 
 
 def _probe_matmul(
-    dtype: str, n: int, dev: torch.device, timer: _Timer, max_call_s: float
+    dtype: str, n: int, dev: torch.device, timer: BlockTimer, max_call_s: float
 ) -> str | None:
     """Return why a dtype's n x n matmul should be skipped (too slow, unsupported), or None.
 
@@ -670,7 +642,7 @@ def measure_peaks(
     nbytes = copy_bytes if copy_bytes is not None else (GPU_COPY_BYTES if cuda else CPU_COPY_BYTES)
     if n < 1 or nbytes < 1:
         raise ValueError(f"matmul_n and copy_bytes must be >= 1, got {n} and {nbytes}")
-    timer = _Timer(device, clock)
+    timer = BlockTimer(device, clock)
     identity = device.identity()
     matmul: dict[str, KernelTiming] = {}
     skipped: dict[str, str] = {}
@@ -707,7 +679,7 @@ def measure_peaks(
 
 
 def _measure_matmul(
-    dtype: str, n: int, dev: torch.device, timer: _Timer, min_time_s: float, repeats: int
+    dtype: str, n: int, dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
 ) -> KernelTiming:
     try:
         a, b, c = _matmul_operands(n, MATMUL_DTYPES[dtype], dev)
@@ -720,7 +692,7 @@ def _measure_matmul(
 
 
 def _measure_copy(
-    nbytes: int, dev: torch.device, timer: _Timer, min_time_s: float, repeats: int
+    nbytes: int, dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
 ) -> KernelTiming:
     try:
         # ones, not empty: untouched pages would be read as the shared zero page on a CPU.

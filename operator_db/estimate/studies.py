@@ -34,8 +34,8 @@ from operator_db.db.models import (
     ModelOperator,
     OperatorConfig,
 )
+from operator_db.db.queries import config_spec
 from operator_db.specs.keys import operator_key
-from operator_db.specs.schema import OperatorSpec
 from operator_db.worker.jobs import get_device_kind
 
 MODEL_COLUMNS = [
@@ -610,20 +610,6 @@ class ForwardBackwardStudy:
     notes: list[str] = field(default_factory=list)
 
 
-def _spec_of(config: OperatorConfig) -> OperatorSpec:
-    """Rebuild the spec form of a stored configuration (its canonical fields)."""
-    return OperatorSpec.model_validate(
-        {
-            "op": config.op,
-            "kind": config.kind,
-            "args": config.args,
-            "dtype": config.dtype,
-            "inputs": config.inputs,
-            "call": config.call,
-        }
-    )
-
-
 def inference_twins(session: Session, configs: Sequence[OperatorConfig]) -> dict[int, int]:
     """Map training configuration ids to the id of their stored inference twin, where one exists.
 
@@ -635,7 +621,7 @@ def inference_twins(session: Session, configs: Sequence[OperatorConfig]) -> dict
         if cfg.kind == "opaque":
             continue
         try:
-            keys[operator_key(_spec_of(cfg), "inference")] = cfg.id
+            keys[operator_key(config_spec(cfg), "inference")] = cfg.id
         except ValidationError:  # a row the spec schema no longer reads has no twin to find
             continue
     found: dict[int, int] = {}

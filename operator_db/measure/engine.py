@@ -156,8 +156,8 @@ def _cuda_event() -> torch.cuda.Event:
     return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
 
-class _Timer:
-    """Times a block of calls: CUDA events on a GPU, a host clock around synchronize elsewhere."""
+class BlockTimer:
+    """Times blocks of calls (s): CUDA events on a GPU, a host clock and synchronize elsewhere."""
 
     def __init__(self, device: Device, clock: Clock) -> None:
         self.device = device
@@ -165,6 +165,7 @@ class _Timer:
         self.cuda = device.torch_device().type == "cuda"
 
     def block_s(self, run: Call, calls: int) -> float:
+        """Run ``calls`` calls back to back; return their duration in seconds."""
         if self.cuda:
             start = _cuda_event()
             end = _cuda_event()
@@ -182,7 +183,7 @@ class _Timer:
         return (self.clock() - t0) / 1e9
 
 
-def warm_up(run: Call, timer: _Timer, settings: MeasureSettings) -> float:
+def warm_up(run: Call, timer: BlockTimer, settings: MeasureSettings) -> float:
     """Run until ``warmup_s`` and ``warmup_min_calls`` are reached; return the last per-call s."""
     calls = 0
     spent = 0.0
@@ -205,7 +206,11 @@ def calls_for(duration_s: float, per_call_s: float, minimum: int, maximum: int) 
 
 
 def time_blocks(
-    run: Call, timer: _Timer, settings: MeasureSettings, per_call_s: float, min_time_s: float = 0.0
+    run: Call,
+    timer: BlockTimer,
+    settings: MeasureSettings,
+    per_call_s: float,
+    min_time_s: float = 0.0,
 ) -> Timing:
     """Time ``blocks`` blocks (more, up to ``max_blocks``, to last ``min_time_s`` seconds).
 
@@ -354,7 +359,7 @@ def measure(
         MeasurementError: the call failed, or produced no usable timing.
         DeviceError: the device failed while reading energy.
     """
-    timer = _Timer(device, clock)
+    timer = BlockTimer(device, clock)
     rng = random.Random(settings.seed)
     per_call = warm_up(run, timer, settings)
     eager = time_blocks(run, timer, settings, per_call, min_time_s)

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from operator_db.db.models import FullModelRun, Job, Measurement, Model, OperatorConfig
+from operator_db.db.queries import config_spec
 from operator_db.devices.base import Device
 from operator_db.errors import NotFoundError
 from operator_db.measure.engine import MeasureResult, Timing, measure
 from operator_db.measure.settings import MeasureSettings
-from operator_db.specs.schema import Mode, OperatorSpec
+from operator_db.specs.schema import Mode
 from operator_db.store import Store
 
 Prepared = Callable[[], object]
@@ -46,21 +47,6 @@ class Executor(Protocol):
         idle_power_w: float | None,
     ) -> list[Measurement] | list[FullModelRun]:
         """Measure ``job`` on ``device``; raise an OperatorDBError (or torch's) when it cannot."""
-
-
-def config_spec(config: OperatorConfig) -> OperatorSpec:
-    """Return the spec form of a stored configuration (what ``operator_db.ops`` rebuilds)."""
-    return OperatorSpec.model_validate(
-        {
-            "op": config.op,
-            "kind": config.kind,
-            "args": config.args,
-            "dtype": config.dtype,
-            "inputs": config.inputs,
-            "call": config.call,
-            "outputs": config.outputs,
-        }
-    )
 
 
 def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[str, Any]:
