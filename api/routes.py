@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request, status
 
 from api.deps import SessionDep, get_settings_dep, get_store, require_read, require_write
-from api.schemas import Health, IngestedSpec, ModelDetail, ModelSummaryOut, OperatorOut
+from api.schemas import (
+    EnqueueIn,
+    EnqueueOut,
+    EstimateOut,
+    Health,
+    IngestedSpec,
+    ModelDetail,
+    ModelSummaryOut,
+    OperatorOut,
+)
 from operator_db import __version__
 from operator_db.config import Settings
 from operator_db.db import migrate, queries
 from operator_db.db.ingest import ingest_specs
 from operator_db.errors import SpecError
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.peaks import peaks_for_kind
+from operator_db.estimate.roofline import best_peaks
+from operator_db.estimate.significant import significance_priorities
 from operator_db.specs import load_spec_text
 from operator_db.store import Store
+from operator_db.worker import jobs
 
 router = APIRouter()
 reads = APIRouter(dependencies=[Depends(require_read)])
@@ -77,6 +92,48 @@ def get_model(name: str, session: SessionDep) -> ModelDetail:
         spec_hash=model.spec_hash,
         operators=operators,
     )
+
+
+@reads.get("/models/{name}/estimate", tags=["estimates"])
+def get_estimate(
+    name: str,
+    session: SessionDep,
+    device_kind: str,
+    timing: Literal["eager", "graph"] = "eager",
+    energy: Literal["total", "dynamic"] = "total",
+) -> EstimateOut:
+    """Compose the model's time and energy on a device kind from its measured operators."""
+    model = queries.get_model(session, name)
+    peaks = best_peaks(peaks_for_kind(session, device_kind), model.dtype)
+    est = estimate_model(session, name, device_kind, timing=timing, energy=energy, peaks=peaks)
+    return EstimateOut(
+        **est.summary(),
+        by_op=json.loads(est.by_op.to_json(orient="records")),
+        configurations=json.loads(est.configs.to_json(orient="records")),
+    )
+
+
+@writes.post("/models/{name}/jobs", status_code=status.HTTP_201_CREATED, tags=["jobs"])
+def enqueue(name: str, body: EnqueueIn, session: SessionDep) -> EnqueueOut:
+    """Queue the model's configurations not measured on the kind yet, and a full-model run."""
+    priorities = significance_priorities(
+        session, name, body.device_kind, target=body.coverage, base=body.priority
+    )
+    result = jobs.enqueue_model(
+        session,
+        name,
+        body.device_kind,
+        priority=body.priority,
+        priorities=priorities,
+        with_model_run=body.model_run,
+    )
+    return EnqueueOut(**vars(result))
+
+
+@reads.get("/jobs", tags=["jobs"])
+def job_counts(session: SessionDep) -> dict[str, int]:
+    """Count the jobs per status."""
+    return jobs.queue_counts(session)
 
 
 router.include_router(reads)

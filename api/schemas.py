@@ -69,3 +69,49 @@ class ModelDetail(ModelSummaryOut):
     dtype: str
     spec_hash: str
     operators: list[OperatorOut]
+
+
+class EstimateOut(BaseModel):
+    """A model's composed cost on a device kind (times in s, energies in J)."""
+
+    model: str
+    device_kind: str
+    mode: str
+    timing: str
+    energy: str
+    time_s: float
+    energy_j: float | None
+    coverage: float
+    coverage_roofline: float | None
+    unmeasured: int
+    opaque: int
+    full_run_time_s: float | None
+    full_run_energy_j: float | None
+    time_error: float | None
+    energy_error: float | None
+    roofline_time_s: float | None
+    peaks: dict[str, Any] | None
+    notes: list[str]
+    by_op: list[dict[str, Any]]
+    configurations: list[dict[str, Any]]
+
+
+class EnqueueIn(BaseModel):
+    """Which device kind to measure a model on, and how urgently."""
+
+    device_kind: str
+    priority: int = 0
+    coverage: float = Field(default=0.9, gt=0, le=1)
+    model_run: bool = True
+
+
+class EnqueueOut(BaseModel):
+    """What enqueueing did."""
+
+    model: str
+    device_kind: str
+    queued_configs: int
+    already_measured: int
+    already_queued: int
+    opaque: int
+    queued_model_run: bool

@@ -117,3 +117,21 @@ def test_body_over_the_limit(db_url: str) -> None:
         response = c.post("/specs", params={"name": "big.yaml"}, content="#" * 101, headers=AUTH)
     assert response.status_code == 422
     assert response.json()["detail"] == "big.yaml: body over the limit of 100 bytes"
+
+
+def test_enqueue_estimate_and_jobs(client: TestClient) -> None:
+    text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
+    assert client.post("/specs", content=text, headers=AUTH).status_code == 201
+    body = {"device_kind": "fake:FakeGPU"}
+    assert client.post("/models/mlp-small-b8/jobs", json=body).status_code == 403
+    queued = client.post("/models/mlp-small-b8/jobs", json=body, headers=AUTH)
+    assert queued.status_code == 201
+    assert queued.json()["queued_configs"] == 4 and queued.json()["queued_model_run"] is True
+    assert client.get("/jobs").json() == {"queued": 5}
+    est = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "fake:FakeGPU"})
+    assert est.status_code == 200
+    data = est.json()
+    assert (data["time_s"], data["coverage"], data["unmeasured"]) == (0.0, 0.0, 4)
+    assert len(data["configurations"]) == 4
+    unknown = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "nope"})
+    assert unknown.status_code == 404
