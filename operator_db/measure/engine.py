@@ -293,18 +293,31 @@ def energy_trials(
     *,
     sleep: Sleep,
     rng: random.Random,
+    clock: Clock = time.perf_counter_ns,
 ) -> list[EnergyTrial]:
-    """Run ``trials`` energy windows, each after a random idle gap."""
-    calls = calls_for(settings.energy_window_s, per_call_s, settings.energy_window_min_calls, 10**9)
+    """Run ``trials`` energy windows, each after a random idle gap.
+
+    A window runs ``energy_window_min_calls`` calls, then chunks of about a tenth of the window
+    until ``energy_window_s`` has passed on the clock: its length does not rest on the timing's
+    per-call estimate, which a burst of noise may have inflated.
+    """
+    chunk = calls_for(settings.energy_window_s / 10, per_call_s, 1, 10**9)
     trials = []
     for index in range(settings.trials):
         gap = rng.uniform(0.0, settings.max_gap_s)
         if gap:
             sleep(gap)
         before, throttled_a, capped_a = _telemetry(device)
+        calls = 0
         with EnergyWindow(device) as window:
-            for _ in range(calls):
+            start = clock()
+            for _ in range(settings.energy_window_min_calls):
                 run()
+            calls = settings.energy_window_min_calls
+            while (clock() - start) / 1e9 < settings.energy_window_s:
+                for _ in range(chunk):
+                    run()
+                calls += chunk
         after, throttled_b, capped_b = _telemetry(device)
         assert window.result is not None
         trials.append(
@@ -375,7 +388,7 @@ def measure(
     reason = energy_unavailable(device) if settings.energy else "energy measurement disabled"
     trials: list[EnergyTrial] = []
     if reason is None:
-        trials = energy_trials(run, device, settings, per_call, sleep=sleep, rng=rng)
+        trials = energy_trials(run, device, settings, per_call, sleep=sleep, rng=rng, clock=clock)
         if any(t.throttled for t in trials):
             flags.append("throttled")
         if any(t.power_capped for t in trials):

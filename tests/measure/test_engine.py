@@ -71,7 +71,8 @@ def test_exact_time_and_energy_per_call() -> None:
     assert eager.summary.iqr == pytest.approx(0.0, abs=1e-12)
     assert result.flags == ()
     assert len(result.trials) == 3
-    assert [t.calls for t in result.trials] == [500, 500, 500]  # 0.5 s / 1 ms, above 32 calls
+    # 32 calls, then chunks of 50 (a tenth of the window) until 0.5 s have passed.
+    assert [t.calls for t in result.trials] == [532, 532, 532]
     assert all(0.0 <= t.gap_s <= 0.1 for t in result.trials)
     assert len({t.gap_s for t in result.trials}) == 3
     energy = result.energy_per_call
