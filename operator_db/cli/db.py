@@ -23,7 +23,8 @@ def upgrade(
     store = open_store(db, migrate=False)
     try:
         migrate.upgrade(store.engine, revision)
-        console.print(f"{store.display_url}: at revision {migrate.current_revision(store.engine)}")
+        revision = migrate.current_revision(store.engine) or "base (empty)"
+        console.print(f"{store.display_url}: at revision {revision}")
     finally:
         store.close()
 
@@ -37,7 +38,8 @@ def downgrade(
     store = open_store(db, migrate=False)
     try:
         migrate.downgrade(store.engine, revision)
-        console.print(f"{store.display_url}: at revision {migrate.current_revision(store.engine)}")
+        revision = migrate.current_revision(store.engine) or "base (empty)"
+        console.print(f"{store.display_url}: at revision {revision}")
     finally:
         store.close()
 
