@@ -34,10 +34,18 @@ DEFAULT = [f"{m}-b{b}" for m in ("resnet50", "mobilenetv2", "bert-base") for b i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("specs", nargs="*",
-                        default=[str(ROOT / f"measurement_specs/{n}.yaml") for n in DEFAULT])
+    parser.add_argument(
+        "specs", nargs="*", default=[str(ROOT / f"measurement_specs/{n}.yaml") for n in DEFAULT]
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--db", default=None, help="Keep the results in this database.")
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="Measure everything this many times, spread over the run, and "
+        "estimate from the medians (1: one measurement each).",
+    )
     args = parser.parse_args()
     settings = get_settings()
     with tempfile.TemporaryDirectory() as tmp:
@@ -48,20 +56,32 @@ def main() -> None:
         start = time.perf_counter()
         with store.transaction() as session:
             ingest_specs(session, specs)
-            for loaded in specs:
-                jobs.enqueue_model(session, loaded.spec.model.name, kind)
-        stats = Worker(store, device, settings.measure,
-                       WorkerOptions(until_idle=True, poll_s=0.1)).run()
+        done = failed = 0
+        for _ in range(args.passes):
+            with store.transaction() as session:
+                for loaded in specs:
+                    jobs.enqueue_model(session, loaded.spec.model.name, kind, remeasure=True)
+            stats = Worker(
+                store, device, settings.measure, WorkerOptions(until_idle=True, poll_s=0.1)
+            ).run()
+            done, failed = done + stats.done, failed + stats.failed
         wall = time.perf_counter() - start
         rows = []
         with store.transaction(read_only=True) as session:
             for loaded in specs:
-                est = estimate_model(session, loaded.spec.model.name, kind)
+                est = estimate_model(
+                    session,
+                    loaded.spec.model.name,
+                    kind,
+                    aggregate="median" if args.passes > 1 else "latest",
+                )
                 rows.append(est)
         device.close()
         store.close()
-    print(f"device kind: {kind}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"{stats.done} jobs in {wall:.0f} s, {stats.failed} failed")
+    print(
+        f"device kind: {kind}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"{done} jobs in {wall:.0f} s ({args.passes} passes), {failed} failed"
+    )
     print()
     print("| model | estimate (ms) | measured (ms) | error | coverage |")
     print("| --- | ---: | ---: | ---: | ---: |")
@@ -71,8 +91,10 @@ def main() -> None:
         if err is not None:
             errors.append(abs(err))
         measured = "-" if est.full_run_time_s is None else f"{est.full_run_time_s * 1e3:.2f}"
-        print(f"| {est.model} | {est.time_s * 1e3:.2f} | {measured} | "
-              f"{'-' if err is None else f'{err:+.1%}'} | {est.coverage:.0%} |")
+        print(
+            f"| {est.model} | {est.time_s * 1e3:.2f} | {measured} | "
+            f"{'-' if err is None else f'{err:+.1%}'} | {est.coverage:.0%} |"
+        )
     if errors:
         print(f"\nmedian absolute error: {statistics.median(errors):.1%} over {len(errors)} models")
 

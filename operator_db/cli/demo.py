@@ -74,8 +74,8 @@ def demo(
     console.rule(f"3. measure {name} on {device}")
     measure(name, device=device, no_model_run=False, db=db)
     console.rule("4. estimate")
-    estimate(name, device_kind=None, timing="eager", energy="total", as_json=False,
-             as_csv=False, top=10, db=db)
+    estimate(name, device_kind=None, timing="eager", energy="total", aggregate="latest",
+             as_json=False, as_csv=False, top=10, db=db)
     console.rule("5. peaks of this device (float32 matmul, copy)")
     peaks(device=device, dtypes="float32", list_table=False, db=db)
     console.rule("6. roofline and report")

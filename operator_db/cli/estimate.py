@@ -149,14 +149,24 @@ def estimate(
         str, typer.Option(help="eager, or graph (CUDA-graph time where measured).")
     ] = "eager",
     energy: Annotated[str, typer.Option(help="total, or dynamic (idle power removed).")] = "total",
+    aggregate: Annotated[
+        str,
+        typer.Option(help="latest (newest result per configuration), or median of all stored."),
+    ] = "latest",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the per-configuration CSV.")] = False,
     top: Annotated[int, typer.Option(help="Configurations listed in the table.")] = 15,
     db: DatabaseOption = None,
 ) -> None:
     """Estimate MODEL's time and energy on a device kind from its measured operators."""
-    if timing not in ("eager", "graph") or energy not in ("total", "dynamic"):
-        raise typer.BadParameter("--timing is eager or graph; --energy is total or dynamic")
+    if (
+        timing not in ("eager", "graph")
+        or energy not in ("total", "dynamic")
+        or aggregate not in ("latest", "median")
+    ):
+        raise typer.BadParameter(
+            "--timing is eager or graph; --energy total or dynamic; --aggregate latest or median"
+        )
     store = open_store(db)
     try:
         with store.transaction(read_only=True) as session:
@@ -170,6 +180,7 @@ def estimate(
                 timing="graph" if timing == "graph" else "eager",
                 energy="dynamic" if energy == "dynamic" else "total",
                 peaks=peaks,
+                aggregate="median" if aggregate == "median" else "latest",
             )
     finally:
         store.close()

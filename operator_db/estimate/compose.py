@@ -10,6 +10,7 @@ measured full-model run.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from operator_db.db.queries import get_model
 from operator_db.worker.jobs import get_device_kind
 
 TimingChoice = Literal["eager", "graph"]
+AggregateChoice = Literal["latest", "median"]
 EnergyChoice = Literal["total", "dynamic"]
 
 CONFIG_COLUMNS = [
@@ -129,17 +131,47 @@ class Estimate:
         }
 
 
-def _latest(rows: Sequence[Any]) -> dict[tuple[int, str], Any]:
-    """Keep the newest row per (target id, timing)."""
-    best: dict[tuple[int, str], Any] = {}
-    for row in rows:
-        key = (row[0], row[1].timing)
-        if key not in best or (row[1].created_at, row[1].id) > (best[key].created_at, best[key].id):
-            best[key] = row[1]
-    return best
+@dataclass(frozen=True)
+class _Figure:
+    """The per-call figures of one target and timing, from one or several stored results."""
+
+    time_median_s: float
+    energy_per_call_j: float | None
+    dynamic_energy_per_call_j: float | None
+    flags: list[str]
+    samples: int
 
 
-def _energy_of(m: Measurement | FullModelRun | None, energy: EnergyChoice) -> float | None:
+def _median_or_none(values: list[float | None]) -> float | None:
+    return (
+        None
+        if not values or any(v is None for v in values)
+        else statistics.median(v for v in values if v is not None)
+    )
+
+
+def _aggregate(rows: Sequence[Any], how: AggregateChoice) -> dict[tuple[int, str], _Figure]:
+    """Per (target id, timing): the newest result, or the median of every stored result."""
+    groups: dict[tuple[int, str], list[Any]] = {}
+    for target_id, result in rows:
+        groups.setdefault((target_id, result.timing), []).append(result)
+    out: dict[tuple[int, str], _Figure] = {}
+    for key, results in groups.items():
+        results.sort(key=lambda r: (r.created_at, r.id))
+        chosen = results[-1:] if how == "latest" else results
+        out[key] = _Figure(
+            time_median_s=statistics.median(r.time_median_s for r in chosen),
+            energy_per_call_j=_median_or_none([r.energy_per_call_j for r in chosen]),
+            dynamic_energy_per_call_j=_median_or_none(
+                [r.dynamic_energy_per_call_j for r in chosen]
+            ),
+            flags=sorted({f for r in chosen for f in (r.flags or [])}),
+            samples=len(results),
+        )
+    return out
+
+
+def _energy_of(m: _Figure | None, energy: EnergyChoice) -> float | None:
     if m is None:
         return None
     return m.dynamic_energy_per_call_j if energy == "dynamic" else m.energy_per_call_j
@@ -153,9 +185,13 @@ def estimate_model(
     timing: TimingChoice = "eager",
     energy: EnergyChoice = "total",
     peaks: Peaks | None = None,
+    aggregate: AggregateChoice = "latest",
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
+    ``aggregate="median"`` takes the median of every stored result of a configuration (and of the
+    model) on the kind — several passes, several hosts — instead of the newest one, so that a
+    burst of machine noise during one job does not decide the figure.
     ``timing="graph"`` uses the CUDA-graph time of a configuration where one was measured (fast
     ops) and the eager time elsewhere. ``energy="dynamic"`` subtracts idle power.
 
@@ -171,19 +207,21 @@ def estimate_model(
         .order_by(ModelOperator.position)
     ).all()
     ids = [cfg.id for _, cfg in links]
-    measured = _latest(
+    measured = _aggregate(
         session.execute(
             select(Measurement.config_id, Measurement).where(
                 Measurement.device_kind_id == kind.id, Measurement.config_id.in_(ids)
             )
-        ).all()
+        ).all(),
+        aggregate,
     )
-    runs = _latest(
+    runs = _aggregate(
         session.execute(
             select(FullModelRun.model_id, FullModelRun).where(
                 FullModelRun.device_kind_id == kind.id, FullModelRun.model_id == model.id
             )
-        ).all()
+        ).all(),
+        aggregate,
     )
     records = []
     for link, cfg in links:

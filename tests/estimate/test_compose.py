@@ -127,3 +127,13 @@ def test_unknown_model_or_kind(store: Store) -> None:
         estimate_model(session, "toy", "NVIDIA H100")
     with store.transaction() as session, pytest.raises(NotFoundError, match="no model named"):
         estimate_model(session, "nope", KIND)
+
+
+def test_median_of_all_stored_results(store: Store) -> None:
+    setup(store)
+    with store.transaction() as session:
+        est = estimate_model(session, "toy", KIND, aggregate="median")
+    # Linear: the median of 9 ms (older) and 1 ms (newer); ReLU: its only result.
+    assert est.time_s == pytest.approx(5e-3 + 2 * 2e-4)
+    # The older Linear result has no energy: no median energy for it, so no energy estimate.
+    assert est.energy_j is None
