@@ -282,7 +282,8 @@ def estimate_model(
             configs=("key", "count"),
             calls=("count", "sum"),
             time_s=("time_s", "sum"),
-            energy_j=("energy_j", "sum"),
+            # min_count: an operator type with no energy stays NaN, not 0 J
+            energy_j=("energy_j", lambda v: v.sum(min_count=1)),
             flops=("total_flops", "sum"),
         )
         .reset_index()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
@@ -119,6 +120,9 @@ def test_coverage_and_roofline(store: Store) -> None:
     assert est.roofline_time_s == pytest.approx(linear_roof + 2 * relu_roof)
     assert est.coverage_roofline == pytest.approx(linear_roof / (linear_roof + 2 * relu_roof))
     assert est.notes[0] == "1 configurations not measured yet: the estimate is partial"
+    by_op = est.by_op.set_index("op")
+    assert by_op.loc["torch.nn.Linear", "energy_j"] == pytest.approx(0.1)
+    assert math.isnan(by_op.loc["torch.nn.ReLU", "energy_j"])  # unmeasured: unknown, not 0 J
 
 
 def test_unknown_model_or_kind(store: Store) -> None:
