@@ -17,7 +17,7 @@ from operator_db.cli.ingest import summary_table
 from operator_db.config import get_settings
 from operator_db.db.ingest import ingest_specs
 from operator_db.errors import ConfigurationError
-from operator_db.specs import expand_spec_paths, load_spec
+from operator_db.specs import load_specs
 
 
 def example_specs_dir() -> Path:
@@ -61,8 +61,7 @@ def demo(
                   f"{result.flops / 1e9:.2f} GFLOPs per forward, on {result.device} in "
                   f"{result.seconds:.2f} s → {spec_path}")
     console.rule("2. ingest")
-    files = [*expand_spec_paths([example_specs_dir()]), spec_path]
-    specs = [load_spec(path, max_bytes=settings.max_spec_bytes) for path in files]
+    specs = load_specs([example_specs_dir(), spec_path], max_bytes=settings.max_spec_bytes)
     store = open_store(db)
     console.print(f"database: {store.display_url}")
     try:

@@ -11,7 +11,7 @@ from rich.table import Table
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.config import get_settings
 from operator_db.db.ingest import IngestResult, ingest_specs
-from operator_db.specs import expand_spec_paths, load_spec
+from operator_db.specs import load_specs
 from operator_db.specs.io import mark_processed
 
 
@@ -54,8 +54,7 @@ def ingest(
     content changed replaces its model's operator list.
     """
     settings = get_settings()
-    files = expand_spec_paths(paths)
-    specs = [load_spec(path, max_bytes=settings.max_spec_bytes) for path in files]
+    specs = load_specs(paths, max_bytes=settings.max_spec_bytes)
     store = open_store(db)
     try:
         with store.transaction() as session:

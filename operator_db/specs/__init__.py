@@ -6,6 +6,7 @@ from operator_db.specs.io import (
     expand_spec_paths,
     load_spec,
     load_spec_text,
+    load_specs,
     parse_spec,
     write_spec,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "dump_spec",
     "expand_spec_paths",
     "load_spec",
+    "load_specs",
     "load_spec_text",
     "operator_key",
     "parse_spec",

@@ -231,6 +231,15 @@ def expand_spec_paths(patterns: Iterable[str | Path]) -> list[Path]:
     return found
 
 
+def load_specs(patterns: Iterable[str | Path], *, max_bytes: int) -> list[LoadedSpec]:
+    """Expand ``patterns`` (see :func:`expand_spec_paths`) and load every spec, validated whole.
+
+    Raises:
+        SpecError: a pattern matches nothing, or a file is not a valid spec.
+    """
+    return [load_spec(path, max_bytes=max_bytes) for path in expand_spec_paths(patterns)]
+
+
 class _SpecDumper(yaml.SafeDumper):
     """Dumper that writes short lists of scalars (shapes, strides) on one line."""
 

@@ -77,7 +77,9 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
         "energy_source": result.energy_source if energy is not None else None,
         "energy_unavailable": result.energy_unavailable,
         "energy_per_call_j": energy.median if energy is not None else None,
-        "dynamic_energy_per_call_j": result.dynamic_energy_per_call_j if energy else None,
+        "dynamic_energy_per_call_j": result.dynamic_energy_per_call_j
+        if energy is not None
+        else None,
         "energy_iqr_j": energy.iqr if energy is not None else None,
         "power_mean_w": result.power_mean_w if energy is not None else None,
         "idle_power_w": result.idle_power_w,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import (
@@ -316,8 +316,6 @@ def expire_exhausted(session: Session) -> int:
 
 def queue_counts(session: Session, device_kind_id: int | None = None) -> dict[str, int]:
     """Return the number of jobs per status (of one kind, or all)."""
-    from sqlalchemy import func
-
     query = select(Job.status, func.count()).group_by(Job.status)
     if device_kind_id is not None:
         query = query.where(Job.device_kind_id == device_kind_id)
