@@ -2,9 +2,11 @@
 
 Measures every configuration of the given specs and each whole model with the worker (fresh SQLite
 database), then prints a Markdown table of estimate, measured full-model time and error per model,
-and the median absolute error. Run:
+and the median absolute error. By default each model is one interleaved job (the model and its
+configurations timed in alternating rounds, as `opdb measure` does); ``--separate`` measures each
+configuration as its own job, one after the other, and the model last. Run:
 
-    .venv/bin/python bench/bench_estimate.py [SPEC ...] [--device cpu] [--db sqlite:///x.sqlite]
+    .venv/bin/python bench/bench_estimate.py [SPEC ...] [--separate] [--device cpu] [--db URL]
 
 Settings come from the environment as usual (e.g. OPDB_MEASURE__THREADS=1).
 """
@@ -46,6 +48,11 @@ def main() -> None:
         help="Measure everything this many times, spread over the run, and "
         "estimate from the medians (1: one measurement each).",
     )
+    parser.add_argument(
+        "--separate",
+        action="store_true",
+        help="One job per configuration (the fleet's way), not one interleaved job per model.",
+    )
     args = parser.parse_args()
     settings = get_settings()
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,7 +67,13 @@ def main() -> None:
         for _ in range(args.passes):
             with store.transaction() as session:
                 for loaded in specs:
-                    jobs.enqueue_model(session, loaded.spec.model.name, kind, remeasure=True)
+                    jobs.enqueue_model(
+                        session,
+                        loaded.spec.model.name,
+                        kind,
+                        remeasure=True,
+                        interleaved=not args.separate,
+                    )
             stats = Worker(
                 store, device, settings.measure, WorkerOptions(until_idle=True, poll_s=0.1)
             ).run()
@@ -80,7 +93,8 @@ def main() -> None:
         store.close()
     print(
         f"device kind: {kind}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{done} jobs in {wall:.0f} s ({args.passes} passes), {failed} failed"
+        f"{done} jobs in {wall:.0f} s ({args.passes} passes, "
+        f"{'separate' if args.separate else 'interleaved'}), {failed} failed"
     )
     print()
     print("| model | estimate (ms) | measured (ms) | error | coverage |")

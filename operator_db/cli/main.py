@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, prog_name="opdb", standalone_mode=False)
+        code = app(args=args, prog_name="opdb", standalone_mode=False)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = os.environ.get("OPDB_DATABASE_URL") or "the database"
         err_console.print(f"error: {describe_db_error(exc, url)}", markup=False)
         return 1
-    return 0
+    # Without standalone mode, click returns the code of a typer.Exit raised by a command.
+    return code if isinstance(code, int) else 0
 
 
 def entry() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -40,12 +39,22 @@ def enqueue(
     ] = False,
     remeasure: Annotated[bool, typer.Option(help="Queue measured configurations again.")] = False,
     coverage: CoverageOption = 0.9,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            "--interleave",
+            help="Queue one job that measures the model and all its configurations in "
+            "interleaved rounds on one host (docs/measurement.md).",
+        ),
+    ] = False,
     db: DatabaseOption = None,
 ) -> None:
     """Queue every configuration of MODEL not yet measured on a kind, plus a full-model run.
 
     The configurations that make up COVERAGE of the model's roofline-bound time go first.
     """
+    if interleave and no_model_run:
+        raise typer.BadParameter("--interleave measures the whole model: drop --no-model-run")
     store = open_store(db)
     try:
         with store.transaction() as session:
@@ -57,6 +66,7 @@ def enqueue(
                 with_model_run=not no_model_run,
                 remeasure=remeasure,
                 coverage=coverage,
+                interleaved=interleave,
             )
     finally:
         store.close()
@@ -198,27 +208,58 @@ def measure(
     no_model_run: Annotated[
         bool, typer.Option("--no-model-run", help="Do not measure the whole model.")
     ] = False,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            "--interleave/--separate",
+            help="Measure the model and its configurations in interleaved rounds (one job), or "
+            "each configuration as its own job.",
+        ),
+    ] = True,
+    remeasure: Annotated[bool, typer.Option(help="Measure measured configurations again.")] = False,
     db: DatabaseOption = None,
 ) -> None:
-    """Measure MODEL on this machine: enqueue its configurations for the local device, then work."""
+    """Measure MODEL on this machine: enqueue its configurations for the local device, then work.
+
+    By default the whole model and its configurations are measured in interleaved rounds, so that
+    the estimate and the measured model see the same machine; configurations that cannot be rebuilt
+    are then queued alone, so that their own jobs say why.
+    """
     settings = get_settings()
+    interleave = interleave and not no_model_run
     store = open_store(db)
     try:
         dev = open_device(device, settings=settings)
         kind = dev.identity().name
         dev.close()
         with store.transaction() as session:
-            result = _enqueue(session, model, kind, with_model_run=not no_model_run)
+            result = _enqueue(
+                session,
+                model,
+                kind,
+                with_model_run=not no_model_run,
+                remeasure=remeasure,
+                interleaved=interleave,
+            )
+        how = " (interleaved with the model)" if interleave and result.queued_model_run else ""
         console.print(
-            f"{model} on {kind}: {result.queued_configs} configurations to measure, "
+            f"{model} on {kind}: {result.queued_configs} configurations to measure{how}, "
             f"{result.already_measured} already measured"
         )
-        stats = run_worker(store, device, WorkerOptions(until_idle=True, poll_s=0.5))
+        options = WorkerOptions(until_idle=True, poll_s=0.5)
+        stats = run_worker(store, device, options)
+        if interleave:
+            with store.transaction() as session:
+                rest = _enqueue(session, model, kind, with_model_run=False)
+            if rest.queued_configs:
+                console.print(f"{rest.queued_configs} left out of the interleave: measured alone")
+                more = run_worker(store, device, options)
+                stats = stats.plus(more)
     finally:
         store.close()
     _print_stats(stats)
     if stats.failed:
-        sys.exit(1)
+        raise typer.Exit(1)
 
 
 def jobs_status(db: DatabaseOption = None) -> None:

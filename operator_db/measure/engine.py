@@ -10,10 +10,11 @@ from integrated power samples. Every statistic is derived from the raw samples k
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -376,6 +377,89 @@ def measure(
     rng = random.Random(settings.seed)
     per_call = warm_up(run, timer, settings)
     eager = time_blocks(run, timer, settings, per_call, min_time_s)
+    return _complete(run, eager, timer, settings, idle_power, rng, sleep, clock)
+
+
+def interleaved_calls(per_call_s: float, min_time_s: float, settings: MeasureSettings) -> int:
+    """Return the calls per block of one target of an interleaved measurement.
+
+    A block lasts at least ``block_min_s``; a target with a ``min_time_s`` (a whole model) gets
+    longer blocks instead of more of them, so every target has ``blocks`` blocks, one per round.
+    """
+    calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
+    if min_time_s > 0 and per_call_s > 0:
+        calls = max(calls, math.ceil(round(min_time_s / (settings.blocks * per_call_s), 9)))
+    return min(calls, settings.max_calls_per_block)
+
+
+def measure_interleaved(
+    runs: Sequence[Call],
+    device: Device,
+    settings: MeasureSettings,
+    *,
+    min_time_s: Sequence[float] | None = None,
+    idle_power: float | None = None,
+    clock: Clock = time.perf_counter_ns,
+    sleep: Sleep = time.sleep,
+) -> list[MeasureResult]:
+    """Measure several calls with their timing blocks interleaved (one result per call, in order).
+
+    Each target is warmed up; then ``blocks`` rounds each time one block of every target, in a
+    seeded random order per round. A slow drift of the machine's speed (a noisy neighbour, a
+    clock change) then touches every target alike instead of whichever one was being measured at
+    the time, so the operators of a model and the whole model are compared at the same moments.
+    Unstable timings are flagged, not re-timed (re-timing one target alone would break the
+    interleave). CUDA-graph timing and energy trials follow per target, as in :func:`measure`.
+
+    Raises:
+        MeasurementError: a call failed, or produced no usable timing.
+        DeviceError: the device failed while reading energy.
+    """
+    if not runs:
+        return []
+    mins = list(min_time_s) if min_time_s is not None else [0.0] * len(runs)
+    if len(mins) != len(runs):
+        raise ValueError("min_time_s needs one value per call")
+    timer = BlockTimer(device, clock)
+    rng = random.Random(settings.seed)
+    per_call = [warm_up(run, timer, settings) for run in runs]
+    calls = [interleaved_calls(p, m, settings) for p, m in zip(per_call, mins, strict=True)]
+    blocks: list[list[float]] = [[] for _ in runs]
+    order = list(range(len(runs)))
+    for _round in range(settings.blocks):
+        rng.shuffle(order)
+        for i in order:
+            blocks[i].append(timer.block_s(runs[i], calls[i]))
+    results = []
+    for i, run in enumerate(runs):
+        timing = Timing("eager", calls[i], tuple(blocks[i]))
+        eager = Timing("eager", calls[i], timing.block_s, _time_flags(timing.summary, settings))
+        result = _complete(run, eager, timer, settings, idle_power, rng, sleep, clock)
+        results.append(
+            dataclasses.replace(
+                result,
+                flags=(*result.flags, "interleaved"),
+                provenance={
+                    **result.provenance,
+                    "interleaved": {"targets": len(runs), "rounds": settings.blocks},
+                },
+            )
+        )
+    return results
+
+
+def _complete(
+    run: Call,
+    eager: Timing,
+    timer: BlockTimer,
+    settings: MeasureSettings,
+    idle_power: float | None,
+    rng: random.Random,
+    sleep: Sleep,
+    clock: Clock,
+) -> MeasureResult:
+    """Add the CUDA-graph timing (fast GPU ops), energy trials, flags and provenance."""
+    device = timer.device
     per_call = eager.summary.median
     timings = [eager]
     flags = list(eager.flags)

@@ -62,6 +62,17 @@ class WorkerStats:
     released: int = 0
     errors: list[str] = field(default_factory=list)
 
+    def plus(self, other: WorkerStats) -> WorkerStats:
+        """Return the counts of this run and ``other`` together."""
+        return WorkerStats(
+            self.done + other.done,
+            self.failed + other.failed,
+            self.retried + other.retried,
+            self.lost + other.lost,
+            self.released + other.released,
+            self.errors + other.errors,
+        )
+
 
 @dataclass(frozen=True)
 class WorkerOptions:

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from operator_db.db.models import FullModelRun, Job, Measurement, Model, OperatorConfig
+from sqlalchemy import select
+
+from operator_db.db.models import (
+    FullModelRun,
+    Job,
+    Measurement,
+    Model,
+    ModelOperator,
+    OperatorConfig,
+)
 from operator_db.db.queries import config_spec
 from operator_db.devices.base import Device
-from operator_db.errors import NotFoundError
-from operator_db.measure.engine import MeasureResult, Timing, measure
+from operator_db.errors import NotFoundError, OperatorDBError
+from operator_db.measure.engine import MeasureResult, Timing, measure, measure_interleaved
 from operator_db.measure.settings import MeasureSettings
 from operator_db.specs.schema import Mode
 from operator_db.store import Store
@@ -28,11 +38,20 @@ class JobInfo:
     config_id: int | None
     model_id: int | None
     device_kind_id: int
+    interleaved: bool = False
+    """A model job that measures the model and its configurations in interleaved rounds."""
 
     @classmethod
     def of(cls, job: Job) -> JobInfo:
         """Copy the identifying fields of a job row."""
-        return cls(job.id, job.target, job.config_id, job.model_id, job.device_kind_id)
+        return cls(
+            job.id,
+            job.target,
+            job.config_id,
+            job.model_id,
+            job.device_kind_id,
+            bool((job.options or {}).get("interleaved")),
+        )
 
 
 class Executor(Protocol):
@@ -45,7 +64,7 @@ class Executor(Protocol):
         device: Device,
         settings: MeasureSettings,
         idle_power_w: float | None,
-    ) -> list[Measurement] | list[FullModelRun]:
+    ) -> list[Measurement | FullModelRun]:
         """Measure ``job`` on ``device``; raise an OperatorDBError (or torch's) when it cannot."""
 
 
@@ -122,8 +141,12 @@ def execute_job(
     device: Device,
     settings: MeasureSettings,
     idle_power_w: float | None,
-) -> list[Measurement] | list[FullModelRun]:
+) -> list[Measurement | FullModelRun]:
     """Measure the job's configuration (eager, and graph where timed) or its whole model.
+
+    An interleaved model job measures the model and every measurable configuration of it together
+    (:func:`measure_interleaved`); a configuration that cannot be rebuilt is left out (its own
+    operator job will say why) and named in the model run's provenance.
 
     The target is read in a short read-only transaction; nothing is locked while measuring.
 
@@ -149,6 +172,8 @@ def execute_job(
             )
             for timing in result.timings
         ]
+    if job.interleaved:
+        return _execute_interleaved(store, job, device, settings, idle_power_w)
     with store.transaction(read_only=True) as session:
         model = session.get(Model, job.model_id)
         if model is None:
@@ -167,3 +192,69 @@ def execute_job(
         )
         for timing in result.timings
     ]
+
+
+def _execute_interleaved(
+    store: Store,
+    job: JobInfo,
+    device: Device,
+    settings: MeasureSettings,
+    idle_power_w: float | None,
+) -> list[Measurement | FullModelRun]:
+    with store.transaction(read_only=True) as session:
+        model = session.get(Model, job.model_id)
+        if model is None:
+            raise NotFoundError(f"model {job.model_id} no longer exists")
+        model_id, model_dtype = model.id, model.dtype
+        model_run = _prepare_model(model, device, settings)
+        configs = session.scalars(
+            select(OperatorConfig)
+            .join(ModelOperator, ModelOperator.config_id == OperatorConfig.id)
+            .where(ModelOperator.model_id == model_id, OperatorConfig.kind != "opaque")
+            .order_by(ModelOperator.position)
+        ).all()
+        prepared: list[tuple[int, str, Prepared]] = []
+        left_out: dict[str, str] = {}
+        for config in configs:
+            try:
+                run = _prepare_operator(config, device, settings)
+            except (OperatorDBError, RuntimeError, ValueError, TypeError) as exc:
+                left_out[config.key] = str(exc).strip().splitlines()[0] if str(exc) else "failed"
+                continue
+            dtype = config.dtype or (config.inputs[0]["dtype"] if config.inputs else "float32")
+            prepared.append((config.id, dtype, run))
+    results = measure_interleaved(
+        [run for _, _, run in prepared] + [model_run],
+        device,
+        settings,
+        min_time_s=[0.0] * len(prepared) + [settings.model_min_time_s],
+        idle_power=idle_power_w,
+    )
+    rows: list[Measurement | FullModelRun] = []
+    for (config_id, dtype, _), result in zip(prepared, results, strict=False):
+        rows.extend(
+            Measurement(
+                config_id=config_id,
+                device_kind_id=job.device_kind_id,
+                job_id=job.id,
+                **result_columns(result, timing, dtype),
+            )
+            for timing in result.timings
+        )
+    model_result = results[-1]
+    if left_out:
+        model_result = dataclasses.replace(
+            model_result,
+            flags=(*model_result.flags, "interleaved_partial"),
+            provenance={**model_result.provenance, "left_out": left_out},
+        )
+    rows.extend(
+        FullModelRun(
+            model_id=model_id,
+            device_kind_id=job.device_kind_id,
+            job_id=job.id,
+            **result_columns(model_result, timing, model_dtype),
+        )
+        for timing in model_result.timings
+    )
+    return rows

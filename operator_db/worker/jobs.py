@@ -80,11 +80,17 @@ def enqueue_model(
     with_model_run: bool = True,
     max_attempts: int = 3,
     remeasure: bool = False,
+    interleaved: bool = False,
 ) -> EnqueueResult:
     """Queue every configuration of a model not yet measured on a kind, and a full-model run.
 
     A configuration already measured, or already queued or running (for this model or another), is
     not queued again. ``priorities`` maps config ids to a priority that overrides ``priority``.
+
+    ``interleaved`` queues one model job instead, which measures the whole model and all its
+    configurations in interleaved rounds on one host (``measure_interleaved``): the sum and the
+    model are then compared at the same moments. It is queued when anything is missing (or with
+    ``remeasure``), and remeasures every configuration of the model.
 
     Raises:
         NotFoundError: no such model.
@@ -120,6 +126,19 @@ def enqueue_model(
     )
     now = utcnow()
     todo = [cid for cid in ids if cid not in measured and cid not in active]
+    if interleaved:
+        return _enqueue_interleaved(
+            session,
+            model.id,
+            model.name,
+            kind,
+            ids,
+            todo,
+            remeasure,
+            priority,
+            max_attempts,
+            len(configs) - len(ids),
+        )
     for cid in todo:
         session.add(
             Job(
@@ -169,6 +188,57 @@ def enqueue_model(
         already_queued=len([c for c in ids if c in active and c not in measured]),
         opaque=len(configs) - len(ids),
         queued_model_run=queued_run,
+    )
+
+
+def _enqueue_interleaved(
+    session: Session,
+    model_id: int,
+    model_name: str,
+    kind: DeviceKind,
+    ids: list[int],
+    todo: list[int],
+    remeasure: bool,
+    priority: int,
+    max_attempts: int,
+    opaque: int,
+) -> EnqueueResult:
+    has_active = session.scalar(
+        select(Job.id).where(
+            Job.model_id == model_id,
+            Job.device_kind_id == kind.id,
+            Job.status.in_(("queued", "running")),
+        )
+    )
+    has_run = session.scalar(
+        select(FullModelRun.id).where(
+            FullModelRun.model_id == model_id, FullModelRun.device_kind_id == kind.id
+        )
+    )
+    queue = not has_active and (remeasure or bool(todo) or not has_run)
+    if queue:
+        now = utcnow()
+        session.add(
+            Job(
+                target="model",
+                model_id=model_id,
+                device_kind_id=kind.id,
+                priority=priority,
+                max_attempts=max_attempts,
+                options={"interleaved": True},
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        session.flush()
+    return EnqueueResult(
+        model=model_name,
+        device_kind=kind.name,
+        queued_configs=len(ids) if queue else 0,
+        already_measured=0 if queue else len(ids) - len(todo),
+        already_queued=0,
+        opaque=opaque,
+        queued_model_run=queue,
     )
 
 

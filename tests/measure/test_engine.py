@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from operator_db.devices.fake import FakeDevice
-from operator_db.measure.engine import idle_power_w, measure
+from operator_db.measure.engine import idle_power_w, measure, measure_interleaved
 from operator_db.measure.settings import fast_settings
 from operator_db.measure.stats import quantile, summarize
 
@@ -196,3 +196,65 @@ def test_min_time_stretches_the_blocks() -> None:
     capped = measure(op(clock), device, settings.model_copy(update={"max_blocks": 30}),
                      min_time_s=1.0, clock=clock, sleep=clock.sleep)
     assert len(capped.eager.block_s) == 30
+
+
+def test_interleaved_rounds_see_the_same_drift() -> None:
+    """A machine that halves its speed part-way: separate timings disagree, interleaved agree."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    start = clock.ns
+    order: list[str] = []
+
+    def target(name: str, base_s: float):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            order.append(name)
+            slow = clock.ns - start > 0.15e9  # twice as slow after 150 ms
+            clock.sleep(base_s * (2 if slow else 1))
+
+        return run
+
+    settings = fast_settings(block_min_s=0.004, blocks=20, energy=False, seed=3)
+    op_a, op_b, model = target("a", 1e-3), target("b", 2e-3), target("model", 3e-3)
+    separate = [measure(r, device, settings, clock=clock, sleep=clock.sleep)
+                for r in (op_a, op_b, model)]
+    sum_separate = sum(r.eager.summary.median for r in separate[:2])
+    assert separate[2].eager.summary.median / sum_separate == pytest.approx(2.0)  # drift, not ops
+
+    start = clock.ns
+    order.clear()
+    results = measure_interleaved([op_a, op_b, model], device, settings,
+                                  min_time_s=[0.0, 0.0, 0.9], clock=clock, sleep=clock.sleep)
+    medians = [r.eager.summary.median for r in results]
+    assert medians[2] == pytest.approx(medians[0] + medians[1])  # the same moments: exact
+    assert [len(r.eager.block_s) for r in results] == [20, 20, 20]  # one block per round
+    assert [r.eager.calls_per_block for r in results] == [4, 2, 15]  # the model: 0.9 s / 20 / 3 ms
+    assert all("interleaved" in r.flags for r in results)
+    assert results[0].provenance["interleaved"] == {"targets": 3, "rounds": 20}
+    # Each round takes the targets in a new seeded order.
+    firsts = {seq[0] for seq in _rounds(order, [4, 2, 15])}
+    assert len(firsts) > 1
+
+
+def _rounds(order: list[str], calls: list[int]) -> list[list[str]]:
+    """Split the timed part of a call log into rounds: one block (run of a name) per target."""
+    names = ["a", "b", "model"]
+    per = dict(zip(names, calls, strict=True))
+    blocks: list[str] = []
+    i = len(order) - 20 * sum(calls)  # warm-up calls come first
+    while i < len(order):
+        blocks.append(order[i])
+        i += per[order[i]]
+    return [blocks[k:k + 3] for k in range(0, len(blocks), 3)]
+
+
+def test_interleaved_edge_cases() -> None:
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    settings = fast_settings(energy=False)
+    assert measure_interleaved([], device, settings) == []
+    with pytest.raises(ValueError, match="one value per call"):
+        measure_interleaved([op(clock)], device, settings, min_time_s=[0.0, 1.0])
+    # With energy on, each target still gets its own trials after the rounds.
+    with_energy = measure_interleaved([op(clock), op(clock)], device,
+                                      fast_settings(trials=2), clock=clock, sleep=clock.sleep)
+    assert [len(r.trials) for r in with_energy] == [2, 2]

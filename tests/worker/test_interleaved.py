@@ -1,0 +1,119 @@
+"""Interleaved model jobs: one job measures a model and its configurations in alternating rounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from sqlalchemy import select
+
+from operator_db.db.ingest import ingest_specs
+from operator_db.db.models import FullModelRun, Job, Measurement, OperatorConfig
+from operator_db.devices.fake import FakeDevice
+from operator_db.estimate.compose import estimate_model
+from operator_db.harvest import harvest
+from operator_db.measure.settings import fast_settings
+from operator_db.ops.build import OperatorBuildError
+from operator_db.specs import parse_spec
+from operator_db.store import Store
+from operator_db.worker import execute, jobs
+from operator_db.worker.daemon import Worker, WorkerOptions
+from tests.helpers import FAST_MEASURE, run_cli
+
+
+def ingest_mlp(store: Store, name: str = "tiny") -> int:
+    """Harvest a small MLP (Linear, ReLU, Linear) into the store; return its configurations."""
+    result = harvest("module:operator_db.examples:mlp?hidden=[64]",
+                     torch.empty(4, 784, device="meta"), name=name)
+    loaded = parse_spec(result.spec.model_dump(mode="json"), f"{name}.yaml")
+    with store.transaction() as session:
+        ingest_specs(session, [loaded])
+    return len(result.spec.operators)
+
+
+def run_worker(store: Store, device: FakeDevice) -> tuple[int, int]:
+    stats = Worker(store, device, fast_settings(model_min_time_s=0.01),
+                   WorkerOptions(until_idle=True, poll_s=0.01)).run()
+    return stats.done, stats.failed
+
+
+def test_one_job_measures_the_model_and_every_configuration(store: Store) -> None:
+    configs = ingest_mlp(store)
+    device = FakeDevice(update_period_s=0.001)
+    kind = device.identity().name
+    with store.transaction() as session:
+        queued = jobs.enqueue_model(session, "tiny", kind, interleaved=True)
+        job = session.scalars(select(Job)).one()
+        assert (job.target, job.options) == ("model", {"interleaved": True})
+    assert (queued.queued_configs, queued.queued_model_run) == (configs, True)
+    assert run_worker(store, device) == (1, 0)
+    with store.transaction(read_only=True) as session:
+        measurements = session.scalars(select(Measurement)).all()
+        run = session.scalars(select(FullModelRun)).one()
+        assert len(measurements) == configs  # eager only on the fake device
+        assert {m.job_id for m in measurements} == {run.job_id}
+        assert all("interleaved" in m.flags for m in [*measurements, run])
+        assert run.provenance["interleaved"] == {"targets": configs + 1, "rounds": 5}
+        assert all(m.blocks == run.blocks == 5 for m in measurements)
+        est = estimate_model(session, "tiny", kind)
+        assert est.coverage == 1.0 and est.full_run_time_s == run.time_median_s
+        # Nothing is missing: no second job; remeasure queues one again.
+        again = jobs.enqueue_model(session, "tiny", kind, interleaved=True)
+        assert (again.queued_model_run, again.already_measured) == (False, configs)
+        assert jobs.enqueue_model(session, "tiny", kind, interleaved=True,
+                                  remeasure=True).queued_model_run
+
+
+def test_a_configuration_that_cannot_be_built_is_left_out_and_named(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configs = ingest_mlp(store)
+    real = execute._prepare_operator
+
+    def prepare(config: OperatorConfig, *args: Any) -> Any:
+        if config.op == "torch.nn.ReLU":
+            raise OperatorBuildError("ReLU is broken today")
+        return real(config, *args)
+
+    monkeypatch.setattr(execute, "_prepare_operator", prepare)
+    device = FakeDevice(update_period_s=0.001)
+    with store.transaction() as session:
+        jobs.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
+    assert run_worker(store, device) == (1, 0)
+    with store.transaction(read_only=True) as session:
+        run = session.scalars(select(FullModelRun)).one()
+        relu = session.scalars(select(OperatorConfig).where(OperatorConfig.op == "torch.nn.ReLU"))
+        assert "interleaved_partial" in run.flags
+        assert run.provenance["left_out"] == {relu.one().key: "ReLU is broken today"}
+        measured = session.scalars(select(Measurement)).all()
+        assert len(measured) == configs - 1
+
+
+def test_measure_command_interleaves_then_measures_left_out_alone(
+    capsys: pytest.CaptureFixture[str],
+    db_url: str,
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in FAST_MEASURE.items():
+        monkeypatch.setenv(name, value)
+    configs = ingest_mlp(store)
+    calls = {"relu": 0}
+    real = execute._prepare_operator
+
+    def prepare(config: OperatorConfig, *args: Any) -> Any:
+        if config.op == "torch.nn.ReLU":
+            calls["relu"] += 1
+            raise OperatorBuildError("ReLU is broken today")
+        return real(config, *args)
+
+    monkeypatch.setattr(execute, "_prepare_operator", prepare)
+    result = run_cli(capsys, "measure", "tiny", "--db", db_url)
+    assert result.code == 1  # the left-out configuration's own job failed, and says why
+    assert f"{configs} configurations to measure (interleaved with the model)" in result.out
+    assert "1 left out of the interleave: measured alone" in result.out
+    assert "ReLU is broken today" in result.out + result.err
+    assert calls["relu"] == 2  # once in the interleaved job, once alone (a build error: no retry)
+    separate = run_cli(capsys, "measure", "tiny", "--separate", "--remeasure", "--db", db_url)
+    assert "interleaved" not in separate.out
