@@ -80,6 +80,8 @@ class EstimateOut(BaseModel):
     timing: str
     energy: str
     time_s: float
+    between_ops_s: float | None
+    total_time_s: float
     energy_j: float | None
     coverage: float
     coverage_roofline: float | None
@@ -88,6 +90,7 @@ class EstimateOut(BaseModel):
     full_run_time_s: float | None
     full_run_energy_j: float | None
     time_error: float | None
+    operators_time_error: float | None
     energy_error: float | None
     roofline_time_s: float | None
     peaks: dict[str, Any] | None

@@ -97,20 +97,35 @@ def main() -> None:
         f"{'separate' if args.separate else 'interleaved'}), {failed} failed"
     )
     print()
-    print("| model | estimate (ms) | measured (ms) | error | coverage |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    errors = []
+    print(
+        "| model | operators (ms) | between (ms) | estimate (ms) | measured (ms) "
+        "| error | error, operators alone |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    errors, errors_ops = [], []
     for est in rows:
-        err = est.time_error
-        if err is not None:
+        err, err_ops = est.time_error, est.operators_time_error
+        if err is not None and err_ops is not None:
             errors.append(abs(err))
-        measured = "-" if est.full_run_time_s is None else f"{est.full_run_time_s * 1e3:.2f}"
+            errors_ops.append(abs(err_ops))
         print(
-            f"| {est.model} | {est.time_s * 1e3:.2f} | {measured} | "
-            f"{'-' if err is None else f'{err:+.1%}'} | {est.coverage:.0%} |"
+            f"| {est.model} | {_ms(est.time_s)} | {_ms(est.between_ops_s)} | "
+            f"{_ms(est.total_time_s)} | {_ms(est.full_run_time_s)} | {_pct(err)} | "
+            f"{_pct(err_ops)} |"
         )
     if errors:
-        print(f"\nmedian absolute error: {statistics.median(errors):.1%} over {len(errors)} models")
+        print(
+            f"\nmedian absolute error: {statistics.median(errors):.1%} "
+            f"(operators alone: {statistics.median(errors_ops):.1%}) over {len(errors)} models"
+        )
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
 
 
 if __name__ == "__main__":

@@ -74,11 +74,16 @@ def _print_estimate(est: Estimate, top: int) -> None:
     energy = "-" if est.energy_j is None else f"{est.energy_j * 1e3:.3f} mJ ({est.energy})"
     run_energy = "-" if est.full_run_energy_j is None else f"{est.full_run_energy_j * 1e3:.3f} mJ"
     head = Table(show_header=False, title=f"{est.model} ({est.mode}) on {est.device_kind}")
-    head.add_row("estimate (Σ count × per-call)", f"{_ms(est.time_s)} ms, {energy}")
+    head.add_row("operators (Σ count × per-call)", f"{_ms(est.time_s)} ms, {energy}")
+    if est.between_ops_s is not None:
+        how = "added" if est.adds_between else "overlaps the GPU's work, not added"
+        head.add_row("between operators (hollow run)", f"{_ms(est.between_ops_s)} ms, {how}")
+        head.add_row("estimate", f"{_ms(est.total_time_s)} ms")
     head.add_row("measured full model", f"{_ms(est.full_run_time_s)} ms, {run_energy}")
-    head.add_row(
-        "error of the estimate", f"time {_pct(est.time_error)}, energy {_pct(est.energy_error)}"
-    )
+    error = f"time {_pct(est.time_error)}, energy {_pct(est.energy_error)}"
+    if est.total_time_s != est.time_s:
+        error += f" (operators alone: time {_pct(est.operators_time_error)})"
+    head.add_row("error of the estimate", error)
     head.add_row(
         "coverage",
         f"{est.coverage:.1%} of operator calls measured"

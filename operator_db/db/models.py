@@ -283,6 +283,9 @@ class FullModelRun(_Result, Base):
     device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    hollow_time_s: Mapped[float | None] = mapped_column(Float)
+    """Median per-call time of the model's hollow run, in s: every recorded module returns its
+    recorded output without computing, functional operators still run (inference only)."""
 
     __table_args__ = (
         Index("ix_full_model_runs_lookup", "device_kind_id", "model_id", "created_at"),

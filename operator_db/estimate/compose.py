@@ -72,7 +72,7 @@ class Estimate:
     by_op: pd.DataFrame
     """Per operator type: configurations, calls, time (s), energy (J), FLOPs, time share."""
     time_s: float
-    """Σ count × per-call time over the measured configurations, in s."""
+    """Σ count × per-call time over the measured configurations, in s (the operators)."""
     energy_j: float | None
     """Σ count × per-call energy (total or dynamic, see ``energy``), in J; None without energy."""
     coverage: float
@@ -85,13 +85,39 @@ class Estimate:
     full_run_energy_j: float | None
     peaks: Peaks | None = None
     notes: list[str] = field(default_factory=list)
+    between_ops_s: float | None = None
+    """Time the model spends outside its recorded operators, in s: its hollow run (every recorded
+    module returns its recorded output) minus Σ count × per-call time of its functional operators
+    (which the hollow run still runs). None where no hollow run or functional time is known."""
+    adds_between: bool = False
+    """Whether ``total_time_s`` adds ``between_ops_s``: on a synchronous device (a CPU), where the
+    host's work between operators is on the critical path; on a GPU it overlaps the kernels."""
+
+    @property
+    def total_time_s(self) -> float:
+        """Return the estimate of the model's time, in s.
+
+        The operators, plus the time between them where it is known and adds (``adds_between``;
+        a negative measurement counts as 0).
+        """
+        if self.adds_between and self.between_ops_s is not None:
+            return self.time_s + max(self.between_ops_s, 0.0)
+        return self.time_s
 
     @property
     def time_error(self) -> float | None:
-        """(estimate − measured full run) / measured full run, for time."""
+        """(estimate − measured full run) / measured full run, for time (``total_time_s``)."""
+        return self._error(self.total_time_s)
+
+    @property
+    def operators_time_error(self) -> float | None:
+        """(Σ operators − measured full run) / measured full run, without the time between."""
+        return self._error(self.time_s)
+
+    def _error(self, estimate_s: float) -> float | None:
         if self.full_run_time_s is None or self.full_run_time_s <= 0:
             return None
-        return (self.time_s - self.full_run_time_s) / self.full_run_time_s
+        return (estimate_s - self.full_run_time_s) / self.full_run_time_s
 
     @property
     def energy_error(self) -> float | None:
@@ -116,6 +142,8 @@ class Estimate:
             "timing": self.timing,
             "energy": self.energy,
             "time_s": self.time_s,
+            "between_ops_s": self.between_ops_s,
+            "total_time_s": self.total_time_s,
             "energy_j": self.energy_j,
             "coverage": self.coverage,
             "coverage_roofline": self.coverage_roofline,
@@ -124,6 +152,7 @@ class Estimate:
             "full_run_time_s": self.full_run_time_s,
             "full_run_energy_j": self.full_run_energy_j,
             "time_error": self.time_error,
+            "operators_time_error": self.operators_time_error,
             "energy_error": self.energy_error,
             "roofline_time_s": self.roofline_time_s,
             "peaks": None if self.peaks is None else vars(self.peaks),
@@ -140,6 +169,7 @@ class _Figure:
     dynamic_energy_per_call_j: float | None
     flags: list[str]
     samples: int
+    hollow_time_s: float | None = None
 
 
 def _median_or_none(values: list[float | None]) -> float | None:
@@ -167,6 +197,7 @@ def _aggregate(rows: Sequence[Any], how: AggregateChoice) -> dict[tuple[int, str
             ),
             flags=sorted({f for r in chosen for f in (r.flags or [])}),
             samples=len(results),
+            hollow_time_s=_median_or_none([getattr(r, "hollow_time_s", None) for r in chosen]),
         )
     return out
 
@@ -302,6 +333,13 @@ def estimate_model(
         notes.append(f"{opaque} opaque configurations cannot be measured and are left out")
     if energy_total is None and len(energies):
         notes.append("energy unavailable for some configurations: no energy estimate")
+    between = _between_ops(run, configs)
+    adds_between = kind.type != "gpu"
+    if between is not None and not adds_between:
+        notes.append(
+            f"{between * 1e3:.3f} ms between operators (hollow run) overlaps the GPU's work: "
+            "not added"
+        )
     if model.mode == "training":
         notes.append(
             "training step: Σ forward+backward per operator; the optimizer step is not "
@@ -325,4 +363,16 @@ def estimate_model(
         full_run_energy_j=_energy_of(run, energy),
         peaks=peaks,
         notes=notes,
+        between_ops_s=between,
+        adds_between=adds_between,
     )
+
+
+def _between_ops(run: _Figure | None, configs: pd.DataFrame) -> float | None:
+    """Hollow run − Σ count × per-call of the functional operators, in s (None if unknown)."""
+    if run is None or run.hollow_time_s is None:
+        return None
+    functional = configs[configs["kind"] == "function"]
+    if not bool(functional["measured"].all()):
+        return None
+    return run.hollow_time_s - float(functional["time_s"].sum())

@@ -398,18 +398,21 @@ def measure_interleaved(
     settings: MeasureSettings,
     *,
     min_time_s: Sequence[float] | None = None,
+    energy: Sequence[bool] | None = None,
     idle_power: float | None = None,
     clock: Clock = time.perf_counter_ns,
     sleep: Sleep = time.sleep,
 ) -> list[MeasureResult]:
     """Measure several calls with their timing blocks interleaved (one result per call, in order).
 
-    Each target is warmed up; then ``blocks`` rounds each time one block of every target, in a
-    seeded random order per round. A slow drift of the machine's speed (a noisy neighbour, a
-    clock change) then touches every target alike instead of whichever one was being measured at
-    the time, so the operators of a model and the whole model are compared at the same moments.
+    Each target is warmed up; then ``blocks`` rounds each time one block of every target (after
+    one untimed call of it), in a seeded random order per round. A slow drift of the machine's
+    speed (a noisy neighbour, a clock change) then touches every target alike instead of whichever
+    one was being measured at the time, so the operators of a model and the whole model are
+    compared at the same moments.
     Unstable timings are flagged, not re-timed (re-timing one target alone would break the
-    interleave). CUDA-graph timing and energy trials follow per target, as in :func:`measure`.
+    interleave). CUDA-graph timing and energy trials follow per target, as in :func:`measure`;
+    ``energy`` turns the trials off for some targets (those timed only).
 
     Raises:
         MeasurementError: a call failed, or produced no usable timing.
@@ -418,8 +421,9 @@ def measure_interleaved(
     if not runs:
         return []
     mins = list(min_time_s) if min_time_s is not None else [0.0] * len(runs)
-    if len(mins) != len(runs):
-        raise ValueError("min_time_s needs one value per call")
+    wants_energy = list(energy) if energy is not None else [True] * len(runs)
+    if len(mins) != len(runs) or len(wants_energy) != len(runs):
+        raise ValueError("min_time_s and energy need one value per call")
     timer = BlockTimer(device, clock)
     rng = random.Random(settings.seed)
     per_call = [warm_up(run, timer, settings) for run in runs]
@@ -429,12 +433,17 @@ def measure_interleaved(
     for _round in range(settings.blocks):
         rng.shuffle(order)
         for i in order:
+            # One untimed call first: the last target left its own caches, branch predictors and
+            # allocator state behind, which would otherwise weigh on blocks of few calls (a
+            # model's) more than on blocks of many (a small op's).
+            runs[i]()
             blocks[i].append(timer.block_s(runs[i], calls[i]))
     results = []
     for i, run in enumerate(runs):
         timing = Timing("eager", calls[i], tuple(blocks[i]))
         eager = Timing("eager", calls[i], timing.block_s, _time_flags(timing.summary, settings))
-        result = _complete(run, eager, timer, settings, idle_power, rng, sleep, clock)
+        own = settings if wants_energy[i] else settings.model_copy(update={"energy": False})
+        result = _complete(run, eager, timer, own, idle_power, rng, sleep, clock)
         results.append(
             dataclasses.replace(
                 result,

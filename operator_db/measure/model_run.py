@@ -1,8 +1,16 @@
-"""A whole model as one measurable call: rebuilt from its reference, inputs allocated once."""
+"""A whole model as one measurable call: rebuilt from its reference, inputs allocated once.
+
+Also its *hollow* run: the same forward pass in which every recorded module returns the output it
+returned in a real pass, without computing. What is left is the time the model spends outside its
+recorded modules: Python between them, container modules' calls, and the functional operators.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import copy
+import itertools
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,6 +24,16 @@ from operator_db.ops.encoding import dtype_from_name
 from operator_db.specs.schema import TensorSpec
 
 
+@dataclass(frozen=True)
+class ModelRun:
+    """One call of a whole model, and of its hollow forward pass where one was asked for."""
+
+    run: Callable[[], object]
+    hollow: Callable[[], object] | None = None
+    stubbed: int = 0
+    """Modules that return their recorded output in the hollow run."""
+
+
 def prepare_model_run(
     reference: str | None,
     overrides: Mapping[str, JsonValue],
@@ -25,12 +43,17 @@ def prepare_model_run(
     *,
     device: torch.device,
     seed: int = 0,
-) -> Callable[[], object]:
+    stub: Collection[str] = (),
+) -> ModelRun:
     """Return one call of the model: a forward pass (inference) or a training step.
 
     A training step is forward, backward of the sum of the floating outputs, and an SGD step, with
     gradients set to None before each step so nothing accumulates. Weights are randomly initialised:
     time and energy do not depend on their values.
+
+    ``stub`` names the modules (qualified names, as in a spec's ``locations``) that the hollow run
+    replaces by their recorded outputs; with names given, an inference model also gets a hollow
+    run (:func:`hollow_forward`).
 
     Raises:
         MeasurementError: the spec has no reference to rebuild the model from.
@@ -55,7 +78,10 @@ def prepare_model_run(
             with torch.no_grad():
                 return model(*args, **kwargs)
 
-        return forward
+        if not stub:
+            return ModelRun(forward)
+        hollow, stubbed = hollow_forward(model, args, kwargs, stub)
+        return ModelRun(forward, hollow, stubbed)
 
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
@@ -73,4 +99,62 @@ def prepare_model_run(
         optimizer.step()
         return out
 
-    return step
+    return ModelRun(step)
+
+
+def hollow_forward(
+    model: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    stub: Collection[str],
+) -> tuple[Callable[[], object], int]:
+    """Return the hollow forward pass of an inference ``model`` and how many modules it stubs.
+
+    One real forward pass records, per module named in ``stub``, its outputs in call order. The
+    hollow pass runs a shallow copy of the model (the parameters and buffers are shared, not
+    copied) in which each of those modules returns its recorded outputs in turn. The model itself
+    is left untouched.
+    """
+    names = set(stub)
+    targets = {
+        name: module
+        for name, module in model.named_modules(remove_duplicate=False)
+        if name in names
+    }
+    recorded: dict[int, list[Any]] = {id(m): [] for m in targets.values()}
+    handles = [
+        module.register_forward_hook(lambda mod, _args, out: recorded[id(mod)].append(out))
+        for module in {id(m): m for m in targets.values()}.values()
+    ]
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    hollow = copy.deepcopy(model, memo=dict(shared))
+    copies = dict(hollow.named_modules(remove_duplicate=False))
+    stubbed: set[int] = set()
+    for name, module in targets.items():
+        twin = copies[name]
+        if id(twin) in stubbed or not recorded[id(module)]:
+            continue
+        twin.forward = _replay(recorded[id(module)])
+        stubbed.add(id(twin))
+
+    def forward() -> object:
+        with torch.no_grad():
+            return hollow(*args, **kwargs)
+
+    return forward, len(stubbed)
+
+
+def _replay(outputs: list[Any]) -> Callable[..., Any]:
+    """Return a forward that ignores its inputs and returns ``outputs`` in turn, cyclically."""
+    turn = itertools.cycle(outputs)
+
+    def forward(*_args: Any, **_kwargs: Any) -> Any:
+        return next(turn)
+
+    return forward

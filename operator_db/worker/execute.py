@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from operator_db.db.models import (
     FullModelRun,
@@ -24,6 +25,9 @@ from operator_db.measure.engine import MeasureResult, Timing, measure, measure_i
 from operator_db.measure.settings import MeasureSettings
 from operator_db.specs.schema import Mode
 from operator_db.store import Store
+
+if TYPE_CHECKING:
+    from operator_db.measure.model_run import ModelRun
 
 Prepared = Callable[[], object]
 """One call of the target on inputs allocated once (what the engine loops)."""
@@ -121,9 +125,17 @@ def _prepare_operator(
     return built.run
 
 
-def _prepare_model(model: Model, device: Device, settings: MeasureSettings) -> Prepared:
+def _prepare_model(
+    session: Session, model: Model, device: Device, settings: MeasureSettings
+) -> ModelRun:
+    """Rebuild the model, with a hollow run that stubs the modules its spec records."""
     from operator_db.measure.model_run import prepare_model_run
 
+    locations = session.scalars(
+        select(ModelOperator.locations)
+        .join(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
+        .where(ModelOperator.model_id == model.id, OperatorConfig.kind == "module")
+    ).all()
     return prepare_model_run(
         model.reference,
         model.overrides,
@@ -132,7 +144,40 @@ def _prepare_model(model: Model, device: Device, settings: MeasureSettings) -> P
         model.inputs,
         device=device.torch_device(),
         seed=settings.seed,
+        stub={str(name) for names in locations for name in names},
     )
+
+
+def _model_rows(
+    job: JobInfo,
+    model_id: int,
+    dtype: str,
+    result: MeasureResult,
+    hollow: MeasureResult | None,
+    stubbed: int,
+) -> list[FullModelRun]:
+    """Return the model's result rows; the eager one carries the hollow run's time and samples."""
+    rows = []
+    for timing in result.timings:
+        row = FullModelRun(
+            model_id=model_id,
+            device_kind_id=job.device_kind_id,
+            job_id=job.id,
+            **result_columns(result, timing, dtype),
+        )
+        if hollow is not None and timing.method == "eager":
+            row.hollow_time_s = hollow.eager.summary.median
+            row.provenance = {
+                **row.provenance,
+                "hollow": {
+                    "stubbed_modules": stubbed,
+                    "calls_per_block": hollow.eager.calls_per_block,
+                    "block_s": list(hollow.eager.block_s),
+                    "flags": list(hollow.eager.flags),
+                },
+            }
+        rows.append(row)
+    return rows
 
 
 def execute_job(
@@ -179,19 +224,18 @@ def execute_job(
         if model is None:
             raise NotFoundError(f"model {job.model_id} no longer exists")
         model_id, model_dtype = model.id, model.dtype
-        run = _prepare_model(model, device, settings)
+        prepared = _prepare_model(session, model, device, settings)
     result = measure(
-        run, device, settings, idle_power=idle_power_w, min_time_s=settings.model_min_time_s
+        prepared.run,
+        device,
+        settings,
+        idle_power=idle_power_w,
+        min_time_s=settings.model_min_time_s,
     )
-    return [
-        FullModelRun(
-            model_id=model_id,
-            device_kind_id=job.device_kind_id,
-            job_id=job.id,
-            **result_columns(result, timing, model_dtype),
-        )
-        for timing in result.timings
-    ]
+    hollow = None
+    if prepared.hollow is not None:
+        hollow = measure(prepared.hollow, device, settings.model_copy(update={"energy": False}))
+    return [*_model_rows(job, model_id, model_dtype, result, hollow, prepared.stubbed)]
 
 
 def _execute_interleaved(
@@ -206,7 +250,7 @@ def _execute_interleaved(
         if model is None:
             raise NotFoundError(f"model {job.model_id} no longer exists")
         model_id, model_dtype = model.id, model.dtype
-        model_run = _prepare_model(model, device, settings)
+        model_run = _prepare_model(session, model, device, settings)
         configs = session.scalars(
             select(OperatorConfig)
             .join(ModelOperator, ModelOperator.config_id == OperatorConfig.id)
@@ -223,11 +267,13 @@ def _execute_interleaved(
                 continue
             dtype = config.dtype or (config.inputs[0]["dtype"] if config.inputs else "float32")
             prepared.append((config.id, dtype, run))
+    hollow = [model_run.hollow] if model_run.hollow is not None else []
     results = measure_interleaved(
-        [run for _, _, run in prepared] + [model_run],
+        [run for _, _, run in prepared] + [model_run.run] + hollow,
         device,
         settings,
-        min_time_s=[0.0] * len(prepared) + [settings.model_min_time_s],
+        min_time_s=[0.0] * len(prepared) + [settings.model_min_time_s] + [0.0] * len(hollow),
+        energy=[True] * (len(prepared) + 1) + [False] * len(hollow),
         idle_power=idle_power_w,
     )
     rows: list[Measurement | FullModelRun] = []
@@ -241,7 +287,8 @@ def _execute_interleaved(
             )
             for timing in result.timings
         )
-    model_result = results[-1]
+    model_result = results[len(prepared)]
+    hollow_result = results[len(prepared) + 1] if hollow else None
     if left_out:
         model_result = dataclasses.replace(
             model_result,
@@ -249,12 +296,6 @@ def _execute_interleaved(
             provenance={**model_result.provenance, "left_out": left_out},
         )
     rows.extend(
-        FullModelRun(
-            model_id=model_id,
-            device_kind_id=job.device_kind_id,
-            job_id=job.id,
-            **result_columns(model_result, timing, model_dtype),
-        )
-        for timing in model_result.timings
+        _model_rows(job, model_id, model_dtype, model_result, hollow_result, model_run.stubbed)
     )
     return rows

@@ -174,7 +174,7 @@ def test_postgres_behind_head_is_not_migrated_silently(
     url = next(request.getfixturevalue("postgres_fresh"))
     result = run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", url)
     assert result.code == 1
-    assert "is empty, the code expects 0001: run `opdb db upgrade`" in result.err
+    assert "is empty, the code expects 0002: run `opdb db upgrade`" in result.err
     engine = make_engine(url)
     assert inspect(engine).get_table_names() == []
     engine.dispose()
@@ -197,7 +197,7 @@ def test_sqlite_default_is_created_and_upgraded_on_first_use(
     for made in ("demo-mlp.yaml", "roofline.png", "report/report.md"):
         assert (tmp_path / "out" / made).stat().st_size > 0, made
     status = run_cli(capsys, "db", "status")
-    assert "revision: 0001 (code expects 0001)" in status.out
+    assert "revision: 0002 (code expects 0002)" in status.out
     again = run_cli(capsys, *args)
     assert again.code == 0, again.err
     assert "unchanged" in again.out
@@ -222,7 +222,7 @@ def test_db_downgrade_and_upgrade(capsys: pytest.CaptureFixture[str], db_url: st
     assert set(inspect(engine).get_table_names()) == {"alembic_version"}
     engine.dispose()
     up = run_cli(capsys, "db", "upgrade", "--db", db_url)
-    assert up.code == 0 and "at revision 0001" in up.out
+    assert up.code == 0 and "at revision 0002" in up.out
 
 
 def test_usage_error_and_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -141,3 +141,76 @@ def test_median_of_all_stored_results(store: Store) -> None:
     assert est.time_s == pytest.approx(5e-3 + 2 * 2e-4)
     # The older Linear result has no energy: no median energy for it, so no energy estimate.
     assert est.energy_j is None
+
+
+def _between_setup(store: Store, kind_name: str, *, hollow: float | None,
+                   measure_function: bool = True) -> None:
+    """Model 'glue': Linear once (1 ms), torch.relu as a function 3 times (0.1 ms each)."""
+    relu_fn = {
+        "op": "torch.relu",
+        "kind": "function",
+        "inputs": [{"shape": [4, 32], "dtype": "float32"}],
+        "call": {"args": [{"tensor": 0}]},
+        "outputs": [{"shape": [4, 32], "dtype": "float32"}],
+        "count": 3,
+        "flops": 128,
+        "flop_rule": "elementwise",
+        "bytes": 1024,
+    }
+    spec = spec_dict("glue", [linear_op(), relu_fn])
+    with store.transaction() as session:
+        ingest_specs(session, [parse_spec(spec, "glue.yaml")])
+        kind = get_or_create_device_kind(session, kind_name)
+        ids = {op: i for op, i in session.execute(select(OperatorConfig.op, OperatorConfig.id))}
+        times = {"torch.nn.Linear": 1e-3, "torch.relu": 1e-4}
+        for op, t in times.items():
+            if op == "torch.relu" and not measure_function:
+                continue
+            session.add(Measurement(config_id=ids[op], device_kind_id=kind.id,
+                                    **result_row(time_median_s=t)))
+        run = FullModelRun(model_id=session.scalars(select(Model.id)).one(),
+                           device_kind_id=kind.id, **result_row(time_median_s=1.6e-3))
+        run.hollow_time_s = hollow
+        session.add(run)
+
+
+def test_time_between_operators_adds_on_a_cpu(store: Store) -> None:
+    _between_setup(store, "cpu:Test", hollow=0.5e-3)
+    with store.transaction() as session:
+        est = estimate_model(session, "glue", "cpu:Test")
+    assert est.time_s == pytest.approx(1.3e-3)  # the operators alone
+    assert est.between_ops_s == pytest.approx(0.5e-3 - 3 * 1e-4)  # hollow − functional ops
+    assert est.adds_between and est.total_time_s == pytest.approx(1.5e-3)
+    assert est.time_error == pytest.approx((1.5e-3 - 1.6e-3) / 1.6e-3)
+    assert est.operators_time_error == pytest.approx((1.3e-3 - 1.6e-3) / 1.6e-3)
+    summary = est.summary()
+    assert summary["total_time_s"] == pytest.approx(1.5e-3)
+    assert summary["between_ops_s"] == pytest.approx(0.2e-3)
+
+
+def test_time_between_operators_is_reported_not_added_on_a_gpu(store: Store) -> None:
+    _between_setup(store, "NVIDIA Test GPU", hollow=0.5e-3)
+    with store.transaction() as session:
+        est = estimate_model(session, "glue", "NVIDIA Test GPU")
+    assert est.between_ops_s == pytest.approx(0.2e-3) and not est.adds_between
+    assert est.total_time_s == est.time_s == pytest.approx(1.3e-3)
+    assert any("overlaps the GPU's work" in note for note in est.notes)
+
+
+@pytest.mark.parametrize(
+    ("hollow", "measure_function", "between", "total"),
+    [
+        (None, True, None, 1.3e-3),  # no hollow run stored
+        (0.5e-3, False, None, 1.0e-3),  # a functional op not measured: cannot subtract it
+        (0.2e-3, True, -0.1e-3, 1.3e-3),  # noise made it negative: reported, counts as 0
+    ],
+)
+def test_time_between_operators_unknown_or_negative(
+    store: Store, hollow: float | None, measure_function: bool, between: float | None,
+    total: float
+) -> None:
+    _between_setup(store, "cpu:Test", hollow=hollow, measure_function=measure_function)
+    with store.transaction() as session:
+        est = estimate_model(session, "glue", "cpu:Test")
+    assert est.between_ops_s == (None if between is None else pytest.approx(between))
+    assert est.total_time_s == pytest.approx(total)

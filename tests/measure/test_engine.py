@@ -236,15 +236,18 @@ def test_interleaved_rounds_see_the_same_drift() -> None:
 
 
 def _rounds(order: list[str], calls: list[int]) -> list[list[str]]:
-    """Split the timed part of a call log into rounds: one block (run of a name) per target."""
+    """Split the timed part of a call log into rounds: one untimed call and a block per target."""
     names = ["a", "b", "model"]
-    per = dict(zip(names, calls, strict=True))
+    per = {name: n + 1 for name, n in zip(names, calls, strict=True)}
     blocks: list[str] = []
-    i = len(order) - 20 * sum(calls)  # warm-up calls come first
+    i = len(order) - 20 * sum(per.values())  # warm-up calls come first
     while i < len(order):
+        assert order[i:i + per[order[i]]] == [order[i]] * per[order[i]]
         blocks.append(order[i])
         i += per[order[i]]
-    return [blocks[k:k + 3] for k in range(0, len(blocks), 3)]
+    rounds = [blocks[k:k + 3] for k in range(0, len(blocks), 3)]
+    assert len(rounds) == 20 and all(sorted(r) == names for r in rounds)
+    return rounds
 
 
 def test_interleaved_edge_cases() -> None:
@@ -252,7 +255,7 @@ def test_interleaved_edge_cases() -> None:
     device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
     settings = fast_settings(energy=False)
     assert measure_interleaved([], device, settings) == []
-    with pytest.raises(ValueError, match="one value per call"):
+    with pytest.raises(ValueError, match="need one value per call"):
         measure_interleaved([op(clock)], device, settings, min_time_s=[0.0, 1.0])
     # With energy on, each target still gets its own trials after the rounds.
     with_energy = measure_interleaved([op(clock), op(clock)], device,

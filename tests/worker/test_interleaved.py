@@ -54,10 +54,14 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         assert len(measurements) == configs  # eager only on the fake device
         assert {m.job_id for m in measurements} == {run.job_id}
         assert "interleaved" in run.flags and all("interleaved" in m.flags for m in measurements)
-        assert run.provenance["interleaved"] == {"targets": configs + 1, "rounds": 5}
+        # The configurations, the model and its hollow run (Linear, ReLU, Linear stubbed).
+        assert run.provenance["interleaved"] == {"targets": configs + 2, "rounds": 5}
+        assert run.provenance["hollow"]["stubbed_modules"] == 3
+        assert run.hollow_time_s is not None and run.hollow_time_s > 0
         assert all(m.blocks == run.blocks == 5 for m in measurements)
         est = estimate_model(session, "tiny", kind)
         assert est.coverage == 1.0 and est.full_run_time_s == run.time_median_s
+        assert est.between_ops_s is not None  # the MLP has no functional operator: the hollow run
         # Nothing is missing: no second job; remeasure queues one again.
         again = jobs.enqueue_model(session, "tiny", kind, interleaved=True)
         assert (again.queued_model_run, again.already_measured) == (False, configs)
@@ -117,3 +121,15 @@ def test_measure_command_interleaves_then_measures_left_out_alone(
     assert calls["relu"] == 2  # once in the interleaved job, once alone (a build error: no retry)
     separate = run_cli(capsys, "measure", "tiny", "--separate", "--remeasure", "--db", db_url)
     assert "interleaved" not in separate.out
+
+
+def test_a_separate_model_job_also_times_the_hollow_run(store: Store) -> None:
+    configs = ingest_mlp(store)
+    device = FakeDevice(update_period_s=0.001)
+    with store.transaction() as session:
+        jobs.enqueue_model(session, "tiny", device.identity().name)
+    assert run_worker(store, device) == (configs + 1, 0)
+    with store.transaction(read_only=True) as session:
+        run = session.scalars(select(FullModelRun)).one()
+        assert "interleaved" not in run.flags
+        assert run.hollow_time_s is not None and run.provenance["hollow"]["stubbed_modules"] == 3

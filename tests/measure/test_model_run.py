@@ -1,0 +1,68 @@
+"""The whole-model call and its hollow run: recorded modules replay their outputs."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from operator_db.measure.model_run import hollow_forward, prepare_model_run
+
+
+class Counting(nn.Module):
+    """A Linear that counts its real calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.relu(self.lin(x))
+
+
+class Net(nn.Module):
+    """A shared block called twice, Python and a functional op between the calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Counting()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        y = self.block(y * 2)
+        return self.head(y + 1)
+
+
+def test_hollow_replays_recorded_outputs_and_leaves_the_model_alone() -> None:
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = net(x)
+    hollow, stubbed = hollow_forward(net, (x,), {}, {"block", "head", "not.a.module"})
+    assert stubbed == 2
+    calls = net.block.calls
+    for _ in range(3):
+        out = hollow()
+        assert isinstance(out, torch.Tensor)
+        assert torch.equal(out, expected)  # the recorded output of the head, in turn
+    assert net.block.calls == calls  # stubbed: the block never ran in the hollow passes
+    with torch.no_grad():
+        assert torch.equal(net(x), expected)
+    assert net.block.calls == calls + 2  # the model itself is untouched
+
+
+def test_hollow_only_for_inference_with_names() -> None:
+    ref = "module:operator_db.examples:mlp?hidden=[16]"
+    inputs = [{"shape": [2, 784], "dtype": "float32"}]
+    cpu = torch.device("cpu")
+    plain = prepare_model_run(ref, {}, "inference", "float32", inputs, device=cpu)
+    assert plain.hollow is None and plain.stubbed == 0
+    stubbed = prepare_model_run(ref, {}, "inference", "float32", inputs, device=cpu,
+                                stub={"0", "1", "2"})
+    assert stubbed.hollow is not None and stubbed.stubbed >= 1
+    assert isinstance(stubbed.hollow(), torch.Tensor)
+    training = prepare_model_run(ref, {}, "training", "float32", inputs, device=cpu, stub={"0"})
+    assert training.hollow is None
