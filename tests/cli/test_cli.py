@@ -193,7 +193,7 @@ def test_sqlite_default_is_created_and_upgraded_on_first_use(
     assert result.code == 0, result.err
     assert (tmp_path / "default.sqlite").exists()
     assert "mlp-small-b8" in result.out and "demo-mlp" in result.out
-    assert "estimate (Σ count × per-call)" in result.out
+    assert "operators (Σ count × per-call)" in result.out and "between operators" in result.out
     for made in ("demo-mlp.yaml", "roofline.png", "report/report.md"):
         assert (tmp_path / "out" / made).stat().st_size > 0, made
     status = run_cli(capsys, "db", "status")
