@@ -113,6 +113,23 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
     }
 
 
+def _config_dtype(config: OperatorConfig) -> str:
+    """Return the dtype a configuration is measured in (its own, else its first input's)."""
+    return config.dtype or (config.inputs[0]["dtype"] if config.inputs else "float32")
+
+
+def _job_model(session: Session, job: JobInfo) -> Model:
+    """Return the model a model job names.
+
+    Raises:
+        NotFoundError: it was deleted since the job was queued.
+    """
+    model = session.get(Model, job.model_id)
+    if model is None:
+        raise NotFoundError(f"model {job.model_id} no longer exists")
+    return model
+
+
 def _prepare_operator(
     config: OperatorConfig, device: Device, settings: MeasureSettings
 ) -> Prepared:
@@ -204,7 +221,7 @@ def execute_job(
             config = session.get(OperatorConfig, job.config_id)
             if config is None:
                 raise NotFoundError(f"configuration {job.config_id} no longer exists")
-            dtype = config.dtype or (config.inputs[0]["dtype"] if config.inputs else "float32")
+            dtype = _config_dtype(config)
             config_id = config.id
             run = _prepare_operator(config, device, settings)
         result = measure(run, device, settings, idle_power=idle_power_w)
@@ -220,9 +237,7 @@ def execute_job(
     if job.interleaved:
         return _execute_interleaved(store, job, device, settings, idle_power_w)
     with store.transaction(read_only=True) as session:
-        model = session.get(Model, job.model_id)
-        if model is None:
-            raise NotFoundError(f"model {job.model_id} no longer exists")
+        model = _job_model(session, job)
         model_id, model_dtype = model.id, model.dtype
         prepared = _prepare_model(session, model, device, settings)
     result = measure(
@@ -246,9 +261,7 @@ def _execute_interleaved(
     idle_power_w: float | None,
 ) -> list[Measurement | FullModelRun]:
     with store.transaction(read_only=True) as session:
-        model = session.get(Model, job.model_id)
-        if model is None:
-            raise NotFoundError(f"model {job.model_id} no longer exists")
+        model = _job_model(session, job)
         model_id, model_dtype = model.id, model.dtype
         model_run = _prepare_model(session, model, device, settings)
         configs = session.scalars(
@@ -265,7 +278,7 @@ def _execute_interleaved(
             except (OperatorDBError, RuntimeError, ValueError, TypeError) as exc:
                 left_out[config.key] = str(exc).strip().splitlines()[0] if str(exc) else "failed"
                 continue
-            dtype = config.dtype or (config.inputs[0]["dtype"] if config.inputs else "float32")
+            dtype = _config_dtype(config)
             prepared.append((config.id, dtype, run))
     hollow = [model_run.hollow] if model_run.hollow is not None else []
     results = measure_interleaved(
