@@ -90,7 +90,8 @@ def enqueue_model(
     ``interleaved`` queues one model job instead, which measures the whole model and all its
     configurations in interleaved rounds on one host (``measure_interleaved``): the sum and the
     model are then compared at the same moments. It is queued when anything is missing (or with
-    ``remeasure``), and remeasures every configuration of the model.
+    ``remeasure``), and remeasures every configuration of the model. A model without a reference
+    cannot run whole: its configurations are queued one by one as usual.
 
     Raises:
         NotFoundError: no such model.
@@ -126,7 +127,7 @@ def enqueue_model(
     )
     now = utcnow()
     todo = [cid for cid in ids if cid not in measured and cid not in active]
-    if interleaved:
+    if interleaved and model.reference:
         return _enqueue_interleaved(
             session,
             model.id,

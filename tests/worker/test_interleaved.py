@@ -19,7 +19,7 @@ from operator_db.specs import parse_spec
 from operator_db.store import Store
 from operator_db.worker import execute, jobs
 from operator_db.worker.daemon import Worker, WorkerOptions
-from tests.helpers import FAST_MEASURE, run_cli
+from tests.helpers import FAST_MEASURE, linear_op, relu_op, run_cli, spec_dict
 
 
 def ingest_mlp(store: Store, name: str = "tiny") -> int:
@@ -133,3 +133,13 @@ def test_a_separate_model_job_also_times_the_hollow_run(store: Store) -> None:
         run = session.scalars(select(FullModelRun)).one()
         assert "interleaved" not in run.flags
         assert run.hollow_time_s is not None and run.provenance["hollow"]["stubbed_modules"] == 3
+
+
+def test_a_model_without_reference_is_queued_one_configuration_at_a_time(store: Store) -> None:
+    spec = spec_dict("no-ref", [linear_op(), relu_op([4, 32])])
+    del spec["model"]["reference"]
+    with store.transaction() as session:
+        ingest_specs(session, [parse_spec(spec, "no-ref.yaml")])
+        queued = jobs.enqueue_model(session, "no-ref", "fake:FakeGPU", interleaved=True)
+        targets = sorted(j.target for j in session.scalars(select(Job)))
+    assert queued.queued_configs == 2 and targets == ["model", "operator", "operator"]
