@@ -126,6 +126,7 @@ def enqueue(name: str, body: EnqueueIn, session: SessionDep) -> EnqueueOut:
         priority=body.priority,
         priorities=priorities,
         with_model_run=body.model_run,
+        interleaved=body.interleaved and body.model_run,
     )
     return EnqueueOut(**vars(result))
 

@@ -106,6 +106,11 @@ class EnqueueIn(BaseModel):
     priority: int = 0
     coverage: float = Field(default=0.9, gt=0, le=1)
     model_run: bool = True
+    interleaved: bool = Field(
+        default=False,
+        description="One job measuring the model and all its configurations in interleaved "
+        "rounds on one host (needs model_run).",
+    )
 
 
 class EnqueueOut(BaseModel):

@@ -135,3 +135,16 @@ def test_enqueue_estimate_and_jobs(client: TestClient) -> None:
     assert len(data["configurations"]) == 4
     unknown = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "nope"})
     assert unknown.status_code == 404
+
+
+def test_enqueue_interleaved(client: TestClient) -> None:
+    text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
+    assert client.post("/specs", content=text, headers=AUTH).status_code == 201
+    body = {"device_kind": "fake:FakeGPU", "interleaved": True}
+    queued = client.post("/models/mlp-small-b8/jobs", json=body, headers=AUTH)
+    assert queued.status_code == 201
+    assert queued.json()["queued_configs"] == 4 and queued.json()["queued_model_run"] is True
+    assert client.get("/jobs").json() == {"queued": 1}  # one job measures all of it
+    est = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "fake:FakeGPU"})
+    data = est.json()
+    assert data["between_ops_s"] is None and data["total_time_s"] == data["time_s"] == 0.0
