@@ -23,6 +23,7 @@ from operator_db.db.models import (
     FullModelRun,
     Job,
     Measurement,
+    Model,
     ModelOperator,
     OperatorConfig,
     utcnow,
@@ -400,4 +401,8 @@ def job_target_name(session: Session, job: Job) -> str:
         if cfg is None:
             raise NotFoundError(f"job {job.id}: configuration {job.config_id} is gone")
         return f"{cfg.op} {' '.join('x'.join(map(str, t['shape'])) for t in cfg.inputs)}"
-    return f"model #{job.model_id}"
+    model = session.get(Model, job.model_id)
+    name = model.name if model is not None else f"#{job.model_id}"
+    if (job.options or {}).get("interleaved"):
+        return f"model {name} with its operators, interleaved"
+    return f"model {name}"

@@ -117,6 +117,7 @@ def test_measure_command_interleaves_then_measures_left_out_alone(
     assert result.code == 1  # the left-out configuration's own job failed, and says why
     assert f"{configs} configurations to measure (interleaved with the model)" in result.out
     assert "1 left out of the interleave: measured alone" in result.out
+    assert "done: model tiny with its operators, interleaved" in result.out
     assert "ReLU is broken today" in result.out + result.err
     assert calls["relu"] == 2  # once in the interleaved job, once alone (a build error: no retry)
     separate = run_cli(capsys, "measure", "tiny", "--separate", "--remeasure", "--db", db_url)
