@@ -1,6 +1,20 @@
 """Measurement: timing blocks, energy windows, trials, statistics, provenance."""
 
-from operator_db.measure.engine import MeasureResult, Timing, idle_power_w, measure
+from operator_db.measure.engine import (
+    MeasureResult,
+    Timing,
+    idle_power_w,
+    measure,
+    measure_interleaved,
+)
 from operator_db.measure.settings import MeasureSettings, fast_settings
 
-__all__ = ["MeasureResult", "MeasureSettings", "Timing", "fast_settings", "idle_power_w", "measure"]
+__all__ = [
+    "MeasureResult",
+    "MeasureSettings",
+    "Timing",
+    "fast_settings",
+    "idle_power_w",
+    "measure",
+    "measure_interleaved",
+]
