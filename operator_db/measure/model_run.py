@@ -32,6 +32,8 @@ class ModelRun:
     hollow: Callable[[], object] | None = None
     stubbed: int = 0
     """Modules that return their recorded output in the hollow run."""
+    hollow_unavailable: str | None = None
+    """Why a hollow run was asked for and could not be built."""
 
 
 def prepare_model_run(
@@ -80,7 +82,10 @@ def prepare_model_run(
 
         if not stub:
             return ModelRun(forward)
-        hollow, stubbed = hollow_forward(model, args, kwargs, stub)
+        try:
+            hollow, stubbed = hollow_forward(model, args, kwargs, stub)
+        except MeasurementError as exc:
+            return ModelRun(forward, hollow_unavailable=str(exc))
         return ModelRun(forward, hollow, stubbed)
 
     model.train()
@@ -114,6 +119,11 @@ def hollow_forward(
     hollow pass runs a shallow copy of the model (the parameters and buffers are shared, not
     copied) in which each of those modules returns its recorded outputs in turn. The model itself
     is left untouched.
+
+    Raises:
+        MeasurementError: a named module is not in the model, or the real pass never called it
+            (the spec was harvested from another build of the model): a hollow pass that still
+            computed it would count an operator as time between operators.
     """
     names = set(stub)
     targets = {
@@ -132,13 +142,19 @@ def hollow_forward(
     finally:
         for handle in handles:
             handle.remove()
+    missing = sorted(names - {n for n, m in targets.items() if recorded[id(m)]})
+    if missing:
+        raise MeasurementError(
+            f"no hollow run: {len(missing)} of {len(names)} recorded modules are not called in "
+            f"this build of the model (first: {missing[0]!r})"
+        )
     shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
     hollow = copy.deepcopy(model, memo=dict(shared))
     copies = dict(hollow.named_modules(remove_duplicate=False))
     stubbed: set[int] = set()
     for name, module in targets.items():
         twin = copies[name]
-        if id(twin) in stubbed or not recorded[id(module)]:
+        if id(twin) in stubbed:
             continue
         twin.forward = _replay(recorded[id(module)])
         stubbed.add(id(twin))

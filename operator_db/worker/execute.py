@@ -171,7 +171,7 @@ def _model_rows(
     dtype: str,
     result: MeasureResult,
     hollow: MeasureResult | None,
-    stubbed: int,
+    prepared: ModelRun,
 ) -> list[FullModelRun]:
     """Return the model's result rows; the eager one carries the hollow run's time and samples."""
     rows = []
@@ -187,12 +187,15 @@ def _model_rows(
             row.provenance = {
                 **row.provenance,
                 "hollow": {
-                    "stubbed_modules": stubbed,
+                    "stubbed_modules": prepared.stubbed,
                     "calls_per_block": hollow.eager.calls_per_block,
                     "block_s": list(hollow.eager.block_s),
                     "flags": list(hollow.eager.flags),
                 },
             }
+        if prepared.hollow_unavailable and timing.method == "eager":
+            row.flags = sorted({*row.flags, "hollow_unavailable"})
+            row.provenance = {**row.provenance, "hollow_unavailable": prepared.hollow_unavailable}
         rows.append(row)
     return rows
 
@@ -250,7 +253,7 @@ def execute_job(
     hollow = None
     if prepared.hollow is not None:
         hollow = measure(prepared.hollow, device, settings.model_copy(update={"energy": False}))
-    return [*_model_rows(job, model_id, model_dtype, result, hollow, prepared.stubbed)]
+    return [*_model_rows(job, model_id, model_dtype, result, hollow, prepared)]
 
 
 def _execute_interleaved(
@@ -309,6 +312,6 @@ def _execute_interleaved(
             provenance={**model_result.provenance, "left_out": left_out},
         )
     rows.extend(
-        _model_rows(job, model_id, model_dtype, model_result, hollow_result, model_run.stubbed)
+        _model_rows(job, model_id, model_dtype, model_result, hollow_result, model_run)
     )
     return rows

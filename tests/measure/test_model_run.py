@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
+from operator_db.errors import MeasurementError
 from operator_db.measure.model_run import hollow_forward, prepare_model_run
 
 
@@ -41,7 +43,7 @@ def test_hollow_replays_recorded_outputs_and_leaves_the_model_alone() -> None:
     x = torch.randn(3, 8)
     with torch.no_grad():
         expected = net(x)
-    hollow, stubbed = hollow_forward(net, (x,), {}, {"block", "head", "not.a.module"})
+    hollow, stubbed = hollow_forward(net, (x,), {}, {"block", "head"})
     assert stubbed == 2
     calls = net.block.calls
     for _ in range(3):
@@ -66,3 +68,15 @@ def test_hollow_only_for_inference_with_names() -> None:
     assert isinstance(stubbed.hollow(), torch.Tensor)
     training = prepare_model_run(ref, {}, "training", "float32", inputs, device=cpu, stub={"0"})
     assert training.hollow is None
+
+
+def test_hollow_refuses_names_the_model_does_not_call() -> None:
+    net = Net().eval()
+    expected = r"1 of 3 recorded modules .* \(first: 'not.a.module'\)"
+    with pytest.raises(MeasurementError, match=expected):
+        hollow_forward(net, (torch.randn(3, 8),), {}, {"block", "head", "not.a.module"})
+    ref = "module:operator_db.examples:mlp?hidden=[16]"
+    run = prepare_model_run(ref, {}, "inference", "float32", [{"shape": [2, 784]}],
+                            device=torch.device("cpu"), stub={"0", "encoder.7"})
+    assert run.hollow is None and run.hollow_unavailable is not None
+    assert "'encoder.7'" in run.hollow_unavailable

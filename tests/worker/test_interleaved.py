@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 import torch
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from operator_db.db.ingest import ingest_specs
-from operator_db.db.models import FullModelRun, Job, Measurement, OperatorConfig
+from operator_db.db.models import FullModelRun, Job, Measurement, ModelOperator, OperatorConfig
 from operator_db.devices.fake import FakeDevice
 from operator_db.estimate.compose import estimate_model
 from operator_db.harvest import harvest
@@ -144,3 +144,20 @@ def test_a_model_without_reference_is_queued_one_configuration_at_a_time(store: 
         queued = jobs.enqueue_model(session, "no-ref", "fake:FakeGPU", interleaved=True)
         targets = sorted(j.target for j in session.scalars(select(Job)))
     assert queued.queued_configs == 2 and targets == ["model", "operator", "operator"]
+
+
+def test_a_spec_from_another_build_gets_no_hollow_run(store: Store) -> None:
+    configs = ingest_mlp(store)
+    with store.transaction() as session:
+        session.execute(update(ModelOperator).values(locations=["not.in.this.build"]))
+    device = FakeDevice(update_period_s=0.001)
+    with store.transaction() as session:
+        jobs.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
+    assert run_worker(store, device) == (1, 0)
+    with store.transaction(read_only=True) as session:
+        run = session.scalars(select(FullModelRun)).one()
+        assert run.hollow_time_s is None and "hollow_unavailable" in run.flags
+        assert "'not.in.this.build'" in run.provenance["hollow_unavailable"]
+        assert len(session.scalars(select(Measurement)).all()) == configs
+        est = estimate_model(session, "tiny", device.identity().name)
+        assert est.between_ops_s is None and est.total_time_s == est.time_s
