@@ -38,6 +38,14 @@ def run_worker(store: Store, device: FakeDevice) -> tuple[int, int]:
     return stats.done, stats.failed
 
 
+def run_interleaved_job(store: Store) -> None:
+    """Queue the model 'tiny' as one interleaved job on the fake device and run it."""
+    device = FakeDevice(update_period_s=0.001)
+    with store.transaction() as session:
+        jobs.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
+    assert run_worker(store, device) == (1, 0)
+
+
 def test_one_job_measures_the_model_and_every_configuration(store: Store) -> None:
     configs = ingest_mlp(store)
     device = FakeDevice(update_period_s=0.001)
@@ -81,10 +89,7 @@ def test_a_configuration_that_cannot_be_built_is_left_out_and_named(
         return real(config, *args)
 
     monkeypatch.setattr(execute, "_prepare_operator", prepare)
-    device = FakeDevice(update_period_s=0.001)
-    with store.transaction() as session:
-        jobs.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
-    assert run_worker(store, device) == (1, 0)
+    run_interleaved_job(store)
     with store.transaction(read_only=True) as session:
         run = session.scalars(select(FullModelRun)).one()
         relu = session.scalars(select(OperatorConfig).where(OperatorConfig.op == "torch.nn.ReLU"))
@@ -150,14 +155,11 @@ def test_a_spec_from_another_build_gets_no_hollow_run(store: Store) -> None:
     configs = ingest_mlp(store)
     with store.transaction() as session:
         session.execute(update(ModelOperator).values(locations=["not.in.this.build"]))
-    device = FakeDevice(update_period_s=0.001)
-    with store.transaction() as session:
-        jobs.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
-    assert run_worker(store, device) == (1, 0)
+    run_interleaved_job(store)
     with store.transaction(read_only=True) as session:
         run = session.scalars(select(FullModelRun)).one()
         assert run.hollow_time_s is None and "hollow_unavailable" in run.flags
         assert "'not.in.this.build'" in run.provenance["hollow_unavailable"]
         assert len(session.scalars(select(Measurement)).all()) == configs
-        est = estimate_model(session, "tiny", device.identity().name)
+        est = estimate_model(session, "tiny", "fake:FakeGPU")
         assert est.between_ops_s is None and est.total_time_s == est.time_s
