@@ -165,6 +165,21 @@ def _prepare_model(
     )
 
 
+def _config_rows(
+    job: JobInfo, config_id: int, dtype: str, result: MeasureResult
+) -> list[Measurement]:
+    """Return a configuration's result rows, one per timing method (eager, graph)."""
+    return [
+        Measurement(
+            config_id=config_id,
+            device_kind_id=job.device_kind_id,
+            job_id=job.id,
+            **result_columns(result, timing, dtype),
+        )
+        for timing in result.timings
+    ]
+
+
 def _model_rows(
     job: JobInfo,
     model_id: int,
@@ -228,15 +243,7 @@ def execute_job(
             config_id = config.id
             run = _prepare_operator(config, device, settings)
         result = measure(run, device, settings, idle_power=idle_power_w)
-        return [
-            Measurement(
-                config_id=config_id,
-                device_kind_id=job.device_kind_id,
-                job_id=job.id,
-                **result_columns(result, timing, dtype),
-            )
-            for timing in result.timings
-        ]
+        return [*_config_rows(job, config_id, dtype, result)]
     if job.interleaved:
         return _execute_interleaved(store, job, device, settings, idle_power_w)
     with store.transaction(read_only=True) as session:
@@ -294,15 +301,7 @@ def _execute_interleaved(
     )
     rows: list[Measurement | FullModelRun] = []
     for (config_id, dtype, _), result in zip(prepared, results, strict=False):
-        rows.extend(
-            Measurement(
-                config_id=config_id,
-                device_kind_id=job.device_kind_id,
-                job_id=job.id,
-                **result_columns(result, timing, dtype),
-            )
-            for timing in result.timings
-        )
+        rows.extend(_config_rows(job, config_id, dtype, result))
     model_result = results[len(prepared)]
     hollow_result = results[len(prepared) + 1] if hollow else None
     if left_out:
