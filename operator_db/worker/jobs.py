@@ -155,19 +155,8 @@ def enqueue_model(
         )
     queued_run = False
     if with_model_run:
-        has_active = session.scalar(
-            select(Job.id).where(
-                Job.model_id == model.id,
-                Job.device_kind_id == kind.id,
-                Job.status.in_(("queued", "running")),
-            )
-        )
-        has_run = not remeasure and session.scalar(
-            select(FullModelRun.id).where(
-                FullModelRun.model_id == model.id, FullModelRun.device_kind_id == kind.id
-            )
-        )
-        if not has_active and not has_run:
+        has_active, has_run = _model_job_state(session, model.id, kind.id)
+        if not has_active and (remeasure or not has_run):
             # The whole model last: its operators' figures are what users compare it with.
             session.add(
                 Job(
@@ -193,6 +182,23 @@ def enqueue_model(
     )
 
 
+def _model_job_state(session: Session, model_id: int, kind_id: int) -> tuple[bool, bool]:
+    """Return whether a model job is queued or running on the kind, and whether a run is stored."""
+    active = session.scalar(
+        select(Job.id).where(
+            Job.model_id == model_id,
+            Job.device_kind_id == kind_id,
+            Job.status.in_(("queued", "running")),
+        )
+    )
+    stored = session.scalar(
+        select(FullModelRun.id).where(
+            FullModelRun.model_id == model_id, FullModelRun.device_kind_id == kind_id
+        )
+    )
+    return active is not None, stored is not None
+
+
 def _enqueue_interleaved(
     session: Session,
     model_id: int,
@@ -205,18 +211,7 @@ def _enqueue_interleaved(
     max_attempts: int,
     opaque: int,
 ) -> EnqueueResult:
-    has_active = session.scalar(
-        select(Job.id).where(
-            Job.model_id == model_id,
-            Job.device_kind_id == kind.id,
-            Job.status.in_(("queued", "running")),
-        )
-    )
-    has_run = session.scalar(
-        select(FullModelRun.id).where(
-            FullModelRun.model_id == model_id, FullModelRun.device_kind_id == kind.id
-        )
-    )
+    has_active, has_run = _model_job_state(session, model_id, kind.id)
     queue = not has_active and (remeasure or bool(todo) or not has_run)
     if queue:
         now = utcnow()
