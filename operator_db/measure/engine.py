@@ -230,16 +230,19 @@ def time_blocks(
         if timing.summary.iqr_ratio <= settings.unstable_iqr_ratio:
             break
     assert best is not None
-    return Timing("eager", best.calls_per_block, best.block_s, _time_flags(best.summary, settings))
+    return _flagged(best, settings)
 
 
-def _time_flags(summary: Summary, settings: MeasureSettings) -> tuple[str, ...]:
-    ratio = summary.iqr_ratio
+def _flagged(timing: Timing, settings: MeasureSettings) -> Timing:
+    """Return ``timing`` flagged 'unstable' or 'noisy' by the IQR/median of its per-call times."""
+    ratio = timing.summary.iqr_ratio
     if ratio > settings.unstable_iqr_ratio:
-        return ("unstable",)
-    if ratio > settings.noisy_iqr_ratio:
-        return ("noisy",)
-    return ()
+        flags: tuple[str, ...] = ("unstable",)
+    elif ratio > settings.noisy_iqr_ratio:
+        flags = ("noisy",)
+    else:
+        flags = ()
+    return dataclasses.replace(timing, flags=flags)
 
 
 def time_cuda_graph(run: Call, settings: MeasureSettings, per_call_s: float) -> Timing:
@@ -272,10 +275,7 @@ def time_cuda_graph(run: Call, settings: MeasureSettings, per_call_s: float) -> 
         end.record()
         end.synchronize()
         blocks.append(float(start.elapsed_time(end)) / 1000)
-    timing = Timing("graph", replays * settings.graph_unroll, tuple(blocks))
-    return Timing(
-        "graph", timing.calls_per_block, timing.block_s, _time_flags(timing.summary, settings)
-    )
+    return _flagged(Timing("graph", replays * settings.graph_unroll, tuple(blocks)), settings)
 
 
 def _telemetry(device: Device) -> tuple[dict[str, Any], bool, bool]:
@@ -440,8 +440,7 @@ def measure_interleaved(
             blocks[i].append(timer.block_s(runs[i], calls[i]))
     results = []
     for i, run in enumerate(runs):
-        timing = Timing("eager", calls[i], tuple(blocks[i]))
-        eager = Timing("eager", calls[i], timing.block_s, _time_flags(timing.summary, settings))
+        eager = _flagged(Timing("eager", calls[i], tuple(blocks[i])), settings)
         own = settings if wants_energy[i] else settings.model_copy(update={"energy": False})
         result = _complete(run, eager, timer, own, idle_power, rng, sleep, clock)
         results.append(
