@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from api.routes import router
 from operator_db import __version__
 from operator_db.config import Settings, get_settings
+from operator_db.db.store import Store
 from operator_db.errors import (
     ConflictError,
     DatabaseError,
@@ -19,7 +20,6 @@ from operator_db.errors import (
     PermissionDeniedError,
     SpecError,
 )
-from operator_db.store import Store
 
 _STATUS: list[tuple[type[OperatorDBError], int]] = [
     (SpecError, 422),
@@ -53,11 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = chosen
-        app.state.store = Store.from_settings(chosen)
-        try:
+        with Store.from_settings(chosen) as store:
+            app.state.store = store
             yield
-        finally:
-            app.state.store.close()
 
     app = FastAPI(
         title="operator-db",

@@ -10,8 +10,8 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from operator_db.config import Settings
+from operator_db.db.store import Store
 from operator_db.errors import PermissionDeniedError
-from operator_db.store import Store
 
 
 def get_settings_dep(request: Request) -> Settings:

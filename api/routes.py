@@ -20,16 +20,15 @@ from api.schemas import (
 )
 from operator_db import __version__
 from operator_db.config import Settings
-from operator_db.db import migrate, queries
+from operator_db.db import migrate, queries, queue
 from operator_db.db.ingest import ingest_specs
+from operator_db.db.store import Store
 from operator_db.errors import SpecError
 from operator_db.estimate.compose import estimate_model
 from operator_db.estimate.peaks import peaks_for_kind
 from operator_db.estimate.roofline import best_peaks
-from operator_db.estimate.significant import significance_priorities
+from operator_db.estimate.significant import enqueue_significant_first
 from operator_db.specs import load_spec_text
-from operator_db.store import Store
-from operator_db.worker import jobs
 
 router = APIRouter()
 reads = APIRouter(dependencies=[Depends(require_read)])
@@ -83,7 +82,7 @@ def list_models(session: SessionDep) -> list[ModelSummaryOut]:
 def get_model(name: str, session: SessionDep) -> ModelDetail:
     """Return a model with its operator configurations in spec order."""
     model = queries.get_model(session, name)
-    summary = next(s for s in queries.model_summaries(session) if s.name == name)
+    [summary] = queries.model_summaries(session, name=name)
     operators = [OperatorOut(**vars(row)) for row in queries.model_operators(session, name)]
     return ModelDetail(
         **vars(summary),
@@ -116,15 +115,12 @@ def get_estimate(
 @writes.post("/models/{name}/jobs", status_code=status.HTTP_201_CREATED, tags=["jobs"])
 def enqueue(name: str, body: EnqueueIn, session: SessionDep) -> EnqueueOut:
     """Queue the model's configurations not measured on the kind yet, and a full-model run."""
-    priorities = significance_priorities(
-        session, name, body.device_kind, target=body.coverage, base=body.priority
-    )
-    result = jobs.enqueue_model(
+    result = enqueue_significant_first(
         session,
         name,
         body.device_kind,
+        coverage=body.coverage,
         priority=body.priority,
-        priorities=priorities,
         with_model_run=body.model_run,
         interleaved=body.interleaved and body.model_run,
     )
@@ -134,7 +130,7 @@ def enqueue(name: str, body: EnqueueIn, session: SessionDep) -> EnqueueOut:
 @reads.get("/jobs", tags=["jobs"])
 def job_counts(session: SessionDep) -> dict[str, int]:
     """Count the jobs per status."""
-    return jobs.queue_counts(session)
+    return queue.queue_counts(session)
 
 
 router.include_router(reads)

@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 
 from operator_db.config import get_settings
+from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
+from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
 from operator_db.estimate.compose import estimate_model
 from operator_db.specs import load_spec
-from operator_db.store import Store
-from operator_db.worker import jobs
 from operator_db.worker.daemon import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def main() -> None:
         for _ in range(args.passes):
             with store.transaction() as session:
                 for loaded in specs:
-                    jobs.enqueue_model(
+                    queue.enqueue_model(
                         session,
                         loaded.spec.model.name,
                         kind,

@@ -18,12 +18,12 @@ import torch
 from sqlalchemy import select
 
 from operator_db.config import get_settings
+from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Measurement
+from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
 from operator_db.specs import load_spec
-from operator_db.store import Store
-from operator_db.worker import jobs
 from operator_db.worker.daemon import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def main() -> None:
         start = time.perf_counter()
         with store.transaction() as session:
             ingest_specs(session, [loaded])
-            queued = jobs.enqueue_model(session, loaded.spec.model.name, kind)
+            queued = queue.enqueue_model(session, loaded.spec.model.name, kind)
         stats = Worker(store, device, settings.measure,
                        WorkerOptions(until_idle=True, poll_s=0.1)).run()
         wall = time.perf_counter() - start

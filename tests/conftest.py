@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from operator_db.config import get_settings
 from operator_db.db.engine import make_engine
 from operator_db.db.migrate import upgrade
-from operator_db.store import Store
+from operator_db.db.store import Store
 
 POSTGRES_URL = os.environ.get(
     "OPDB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

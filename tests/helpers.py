@@ -11,7 +11,7 @@ from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Engine
 
 from operator_db.cli.main import main
-from operator_db.store import TABLES
+from operator_db.db.queries.tables import TABLES
 
 REPO = Path(__file__).resolve().parent.parent
 

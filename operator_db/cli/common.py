@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from operator_db.config import get_settings
-from operator_db.store import Store
+from operator_db.db.store import Store
 
 
 def _console(*, stderr: bool = False) -> Console:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.db import migrate
-from operator_db.store import row_counts
+from operator_db.db.queries import row_counts
 
 app = typer.Typer(help="Create, migrate and inspect the database.", no_args_is_help=True)
 
@@ -20,13 +20,10 @@ def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
 ) -> None:
     """Migrate the database up to the newest schema (or REVISION)."""
-    store = open_store(db, migrate=False)
-    try:
+    with open_store(db, migrate=False) as store:
         migrate.upgrade(store.engine, revision)
         revision = migrate.current_revision(store.engine) or "base (empty)"
         console.print(f"{store.display_url}: at revision {revision}")
-    finally:
-        store.close()
 
 
 @app.command()
@@ -35,20 +32,16 @@ def downgrade(
     db: DatabaseOption = None,
 ) -> None:
     """Migrate the database down to REVISION."""
-    store = open_store(db, migrate=False)
-    try:
+    with open_store(db, migrate=False) as store:
         migrate.downgrade(store.engine, revision)
         revision = migrate.current_revision(store.engine) or "base (empty)"
         console.print(f"{store.display_url}: at revision {revision}")
-    finally:
-        store.close()
 
 
 @app.command()
 def status(db: DatabaseOption = None) -> None:
     """Show the schema revision and the number of rows in each table."""
-    store = open_store(db, migrate=False)
-    try:
+    with open_store(db, migrate=False) as store:
         current = migrate.current_revision(store.engine)
         head = migrate.head_revision()
         console.print(f"database: {store.display_url}")
@@ -60,5 +53,3 @@ def status(db: DatabaseOption = None) -> None:
             for name, count in counts.items():
                 table.add_row(name, str(count))
             console.print(table)
-    finally:
-        store.close()

@@ -62,13 +62,9 @@ def demo(
                   f"{result.seconds:.2f} s → {spec_path}")
     console.rule("2. ingest")
     specs = load_specs([example_specs_dir(), spec_path], max_bytes=settings.max_spec_bytes)
-    store = open_store(db)
-    console.print(f"database: {store.display_url}")
-    try:
-        with store.transaction() as session:
-            results = ingest_specs(session, specs)
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction() as session:
+        console.print(f"database: {store.display_url}")
+        results = ingest_specs(session, specs)
     console.print(summary_table(results))
     console.rule(f"3. measure {name} on {device}")
     measure(name, device=device, no_model_run=False, db=db)
@@ -79,10 +75,6 @@ def demo(
     peaks(device=device, dtypes="float32", list_table=False, db=db)
     console.rule("6. roofline and report")
     roofline(name, device_kind=None, out=out / "roofline.png", chips="", as_csv=False, db=db)
-    store = open_store(db)
-    try:
-        with store.transaction(read_only=True) as session:
-            path = build_report(session, out / "report", fmt="md", source=store.display_url)
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        path = build_report(session, out / "report", fmt="md", source=store.display_url)
     console.print(f"wrote {path}")

@@ -9,12 +9,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-from operator_db.db.models import DeviceKind, FullModelRun, Measurement, ModelOperator
-from operator_db.db.queries import get_model
+from operator_db.db import queries
 from operator_db.errors import NotFoundError
 from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.peaks import find_chip, load_peak_table, peaks_for_kind
@@ -34,21 +32,7 @@ def pick_kind(session: Session, model_name: str, kind: str | None) -> str:
     """
     if kind is not None:
         return kind
-    model = get_model(session, model_name)
-    configs = select(ModelOperator.config_id).where(ModelOperator.model_id == model.id)
-    kinds = set(
-        session.scalars(
-            select(DeviceKind.name)
-            .join(Measurement, Measurement.device_kind_id == DeviceKind.id)
-            .where(Measurement.config_id.in_(configs))
-        )
-    ) | set(
-        session.scalars(
-            select(DeviceKind.name)
-            .join(FullModelRun, FullModelRun.device_kind_id == DeviceKind.id)
-            .where(FullModelRun.model_id == model.id)
-        )
-    )
+    kinds = queries.kinds_measuring_model(session, queries.get_model(session, model_name).id)
     if len(kinds) == 1:
         return kinds.pop()
     if not kinds:
@@ -172,23 +156,19 @@ def estimate(
         raise typer.BadParameter(
             "--timing is eager or graph; --energy total or dynamic; --aggregate latest or median"
         )
-    store = open_store(db)
-    try:
-        with store.transaction(read_only=True) as session:
-            kind = pick_kind(session, model, device_kind)
-            info = get_model(session, model)
-            peaks = best_peaks(peaks_for_kind(session, kind), info.dtype)
-            est = estimate_model(
-                session,
-                model,
-                kind,
-                timing="graph" if timing == "graph" else "eager",
-                energy="dynamic" if energy == "dynamic" else "total",
-                peaks=peaks,
-                aggregate="median" if aggregate == "median" else "latest",
-            )
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        kind = pick_kind(session, model, device_kind)
+        info = queries.get_model(session, model)
+        peaks = best_peaks(peaks_for_kind(session, kind), info.dtype)
+        est = estimate_model(
+            session,
+            model,
+            kind,
+            timing="graph" if timing == "graph" else "eager",
+            energy="dynamic" if energy == "dynamic" else "total",
+            peaks=peaks,
+            aggregate="median" if aggregate == "median" else "latest",
+        )
     if as_json:
         payload: dict[str, Any] = {
             **est.summary(),
@@ -215,17 +195,13 @@ def roofline(
     db: DatabaseOption = None,
 ) -> None:
     """Plot MODEL on the device's roofline: roofs, one point per configuration, the model."""
-    store = open_store(db)
-    try:
-        with store.transaction(read_only=True) as session:
-            kind = pick_kind(session, model, device_kind)
-            info = get_model(session, model)
-            kind_peaks = peaks_for_kind(session, kind)
-            spec = peaks_of(kind_peaks, info.dtype, "spec")
-            measured = peaks_of(kind_peaks, info.dtype, "measured")
-            est = estimate_model(session, model, kind, peaks=measured or spec)
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        kind = pick_kind(session, model, device_kind)
+        info = queries.get_model(session, model)
+        kind_peaks = peaks_for_kind(session, kind)
+        spec = peaks_of(kind_peaks, info.dtype, "spec")
+        measured = peaks_of(kind_peaks, info.dtype, "measured")
+        est = estimate_model(session, model, kind, peaks=measured or spec)
     if spec is None and measured is None:
         raise NotFoundError(
             f"no peaks known for {kind}: run `opdb peaks` on such a host, or use "
@@ -292,17 +268,10 @@ def peaks(
     from operator_db.devices.factory import open_device
     from operator_db.estimate.peaks import measure_peaks, record_peaks
 
-    dev = open_device(device, settings=get_settings())
-    try:
+    with open_device(device, settings=get_settings()) as dev:
         measured = measure_peaks(dev, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()])
-    finally:
-        dev.close()
-    store = open_store(db)
-    try:
-        with store.transaction() as session:
-            kind_peaks = record_peaks(session, measured)
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction() as session:
+        kind_peaks = record_peaks(session, measured)
     matched = find_chip(measured.kind_name)
     table = Table(
         "quantity",

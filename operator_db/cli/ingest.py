@@ -55,12 +55,8 @@ def ingest(
     """
     settings = get_settings()
     specs = load_specs(paths, max_bytes=settings.max_spec_bytes)
-    store = open_store(db)
-    try:
-        with store.transaction() as session:
-            results = ingest_specs(session, specs)
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction() as session:
+        results = ingest_specs(session, specs)
     for r in results:
         if r.status == "replaced":
             console.print(f"{r.source}: content changed, replaced the operator list of {r.model}")

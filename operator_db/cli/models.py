@@ -16,12 +16,8 @@ app = typer.Typer(help="List and show the models stored.", no_args_is_help=True)
 @app.command("list")
 def list_models(db: DatabaseOption = None) -> None:
     """List every model with its operator counts, FLOPs and parameters."""
-    store = open_store(db)
-    try:
-        with store.transaction() as session:
-            rows = queries.model_summaries(session)
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction() as session:
+        rows = queries.model_summaries(session)
     table = Table(
         "model", "mode", "batch", "configs", "op calls", "GFLOPs", "params (M)", "reference"
     )
@@ -45,12 +41,8 @@ def show(
     db: DatabaseOption = None,
 ) -> None:
     """Show a model's operator configurations, largest FLOPs first."""
-    store = open_store(db)
-    try:
-        with store.transaction() as session:
-            ops = queries.model_operators(session, name)
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction() as session:
+        ops = queries.model_operators(session, name)
     table = Table("op", "count", "inputs", "MFLOPs/call", "KiB/call", "key", title=name)
     for op in sorted(ops, key=lambda o: -(o.flops or 0) * o.count):
         shapes = " ".join("x".join(map(str, t["shape"])) for t in op.inputs)

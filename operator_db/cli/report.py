@@ -33,16 +33,12 @@ def report(
     db: DatabaseOption = None,
 ) -> None:
     """Write the batch-size, FLOPs/params, rank-correlation and backward studies with plots."""
-    store = open_store(db)
-    try:
-        with store.transaction(read_only=True) as session:
-            path = build_report(
-                session,
-                out,
-                fmt="html" if fmt is ReportFormatChoice.html else "md",
-                device_kinds=device_kind or None,
-                source=store.display_url,
-            )
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        path = build_report(
+            session,
+            out,
+            fmt="html" if fmt is ReportFormatChoice.html else "md",
+            device_kinds=device_kind or None,
+            source=store.display_url,
+        )
     console.print(f"wrote {path}")

@@ -5,19 +5,18 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from sqlalchemy.orm import Session
 
 from operator_db.cli.common import DatabaseOption, console, err_console, open_store
 from operator_db.config import get_settings
+from operator_db.db import queue
+from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
-from operator_db.estimate.significant import significance_priorities
-from operator_db.store import Store
-from operator_db.worker import jobs
+from operator_db.estimate.significant import enqueue_significant_first
 from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
 
 DeviceOption = Annotated[
@@ -55,21 +54,17 @@ def enqueue(
     """
     if interleave and no_model_run:
         raise typer.BadParameter("--interleave measures the whole model: drop --no-model-run")
-    store = open_store(db)
-    try:
-        with store.transaction() as session:
-            result = _enqueue(
-                session,
-                model,
-                device_kind,
-                priority=priority,
-                with_model_run=not no_model_run,
-                remeasure=remeasure,
-                coverage=coverage,
-                interleaved=interleave,
-            )
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction() as session:
+        result = enqueue_significant_first(
+            session,
+            model,
+            device_kind,
+            priority=priority,
+            with_model_run=not no_model_run,
+            remeasure=remeasure,
+            coverage=coverage,
+            interleaved=interleave,
+        )
     console.print(
         f"{result.model} on {result.device_kind}: queued {result.queued_configs} configurations"
         f"{' and a full-model run' if result.queued_model_run else ''}; "
@@ -86,23 +81,6 @@ CoverageOption = Annotated[
         help="Share of the model's estimated time whose configurations are queued first.",
     ),
 ]
-
-
-def _enqueue(
-    session: Session,
-    model: str,
-    device_kind: str,
-    *,
-    priority: int = 0,
-    coverage: float = 0.9,
-    **kwargs: Any,
-) -> jobs.EnqueueResult:
-    priorities = significance_priorities(
-        session, model, device_kind, target=coverage, base=priority
-    )
-    return jobs.enqueue_model(
-        session, model, device_kind, priority=priority, priorities=priorities, **kwargs
-    )
 
 
 @contextmanager
@@ -129,8 +107,7 @@ def _stop_on_signals(worker: Worker) -> Iterator[None]:
 def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) -> WorkerStats:
     """Open the device and run a worker on ``store`` with a progress display or log lines."""
     settings = get_settings()
-    device = open_device(device_spec, settings=settings)
-    try:
+    with open_device(device_spec, settings=settings) as device:
         tty = console.is_terminal
         progress = (
             Progress(
@@ -166,8 +143,6 @@ def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) ->
                 with progress:
                     return worker.run()
             return worker.run()
-    finally:
-        device.close()
 
 
 def _print_stats(stats: WorkerStats) -> None:
@@ -190,15 +165,12 @@ def worker(
     db: DatabaseOption = None,
 ) -> None:
     """Take jobs for this host's device kind from the database and measure them."""
-    store = open_store(db)
-    try:
+    with open_store(db) as store:
         stats = run_worker(
             store,
             device,
             WorkerOptions(lease_s=lease, poll_s=poll, max_jobs=max_jobs, until_idle=until_idle),
         )
-    finally:
-        store.close()
     _print_stats(stats)
 
 
@@ -227,13 +199,11 @@ def measure(
     """
     settings = get_settings()
     interleave = interleave and not no_model_run
-    store = open_store(db)
-    try:
-        dev = open_device(device, settings=settings)
-        kind = dev.identity().name
-        dev.close()
+    with open_store(db) as store:
+        with open_device(device, settings=settings) as dev:
+            kind = dev.identity().name
         with store.transaction() as session:
-            result = _enqueue(
+            result = enqueue_significant_first(
                 session,
                 model,
                 kind,
@@ -250,13 +220,11 @@ def measure(
         stats = run_worker(store, device, options)
         if interleave:
             with store.transaction() as session:
-                rest = _enqueue(session, model, kind, with_model_run=False)
+                rest = enqueue_significant_first(session, model, kind, with_model_run=False)
             if rest.queued_configs:
                 console.print(f"{rest.queued_configs} left out of the interleave: measured alone")
                 more = run_worker(store, device, options)
                 stats = stats.plus(more)
-    finally:
-        store.close()
     _print_stats(stats)
     if stats.failed:
         raise typer.Exit(1)
@@ -264,21 +232,8 @@ def measure(
 
 def jobs_status(db: DatabaseOption = None) -> None:
     """Show the queue: jobs per device kind and status."""
-    from sqlalchemy import func, select
-
-    from operator_db.db.models import DeviceKind, Job
-
-    store = open_store(db)
-    try:
-        with store.transaction() as session:
-            rows = session.execute(
-                select(DeviceKind.name, Job.status, func.count())
-                .join(Job, Job.device_kind_id == DeviceKind.id)
-                .group_by(DeviceKind.name, Job.status)
-                .order_by(DeviceKind.name, Job.status)
-            ).all()
-    finally:
-        store.close()
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        rows = queue.queue_counts_by_kind(session)
     table = Table("device kind", "status", "jobs")
     for name, status, count in rows:
         table.add_row(name, status, str(count))

@@ -10,21 +10,17 @@ measured full-model run.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from operator_db.db.models import FullModelRun, Measurement, ModelOperator, OperatorConfig
-from operator_db.db.queries import get_model
-from operator_db.worker.jobs import get_device_kind
+from operator_db.db import queries
+from operator_db.db.queries import Aggregate, Figure
 
 TimingChoice = Literal["eager", "graph"]
-AggregateChoice = Literal["latest", "median"]
+AggregateChoice = Aggregate
 EnergyChoice = Literal["total", "dynamic"]
 
 CONFIG_COLUMNS = [
@@ -160,49 +156,7 @@ class Estimate:
         }
 
 
-@dataclass(frozen=True)
-class _Figure:
-    """The per-call figures of one target and timing, from one or several stored results."""
-
-    time_median_s: float
-    energy_per_call_j: float | None
-    dynamic_energy_per_call_j: float | None
-    flags: list[str]
-    samples: int
-    hollow_time_s: float | None = None
-
-
-def _median_or_none(values: list[float | None]) -> float | None:
-    return (
-        None
-        if not values or any(v is None for v in values)
-        else statistics.median(v for v in values if v is not None)
-    )
-
-
-def _aggregate(rows: Sequence[Any], how: AggregateChoice) -> dict[tuple[int, str], _Figure]:
-    """Per (target id, timing): the newest result, or the median of every stored result."""
-    groups: dict[tuple[int, str], list[Any]] = {}
-    for target_id, result in rows:
-        groups.setdefault((target_id, result.timing), []).append(result)
-    out: dict[tuple[int, str], _Figure] = {}
-    for key, results in groups.items():
-        results.sort(key=lambda r: (r.created_at, r.id))
-        chosen = results[-1:] if how == "latest" else results
-        out[key] = _Figure(
-            time_median_s=statistics.median(r.time_median_s for r in chosen),
-            energy_per_call_j=_median_or_none([r.energy_per_call_j for r in chosen]),
-            dynamic_energy_per_call_j=_median_or_none(
-                [r.dynamic_energy_per_call_j for r in chosen]
-            ),
-            flags=sorted({f for r in chosen for f in (r.flags or [])}),
-            samples=len(results),
-            hollow_time_s=_median_or_none([getattr(r, "hollow_time_s", None) for r in chosen]),
-        )
-    return out
-
-
-def _energy_of(m: _Figure | None, energy: EnergyChoice) -> float | None:
+def _energy_of(m: Figure | None, energy: EnergyChoice) -> float | None:
     if m is None:
         return None
     return m.dynamic_energy_per_call_j if energy == "dynamic" else m.energy_per_call_j
@@ -229,35 +183,18 @@ def estimate_model(
     Raises:
         NotFoundError: unknown model or device kind.
     """
-    model = get_model(session, model_name)
-    kind = get_device_kind(session, device_kind)
-    links = session.execute(
-        select(ModelOperator, OperatorConfig)
-        .join(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
-        .where(ModelOperator.model_id == model.id)
-        .order_by(ModelOperator.position)
-    ).all()
-    ids = [cfg.id for _, cfg in links]
-    measured = _aggregate(
-        session.execute(
-            select(Measurement.config_id, Measurement).where(
-                Measurement.device_kind_id == kind.id, Measurement.config_id.in_(ids)
-            )
-        ).all(),
-        aggregate,
+    model = queries.get_model(session, model_name)
+    kind = queries.get_device_kind(session, device_kind)
+    links = queries.model_configs(session, model.id)
+    measured = queries.config_figures(
+        session, [mc.config.id for mc in links], [kind.id], aggregate=aggregate
     )
-    runs = _aggregate(
-        session.execute(
-            select(FullModelRun.model_id, FullModelRun).where(
-                FullModelRun.device_kind_id == kind.id, FullModelRun.model_id == model.id
-            )
-        ).all(),
-        aggregate,
-    )
+    runs = queries.model_figures(session, [model.id], [kind.id], aggregate=aggregate)
     records = []
-    for link, cfg in links:
-        m = measured.get((cfg.id, "eager"))
-        graph = measured.get((cfg.id, "graph")) if timing == "graph" else None
+    for link in links:
+        cfg = link.config
+        m = measured.get((cfg.id, kind.id, "eager"))
+        graph = measured.get((cfg.id, kind.id, "graph")) if timing == "graph" else None
         used = "graph" if graph is not None else "eager"
         chosen = graph or m
         time_per_call = chosen.time_median_s if chosen is not None else None
@@ -321,8 +258,8 @@ def estimate_model(
     )
     by_op["time_share"] = by_op["time_s"] / total_time if total_time > 0 else math.nan
     by_op = by_op.sort_values("time_s", ascending=False, ignore_index=True)
-    run = runs.get((model.id, "graph" if timing == "graph" else "eager")) or runs.get(
-        (model.id, "eager")
+    run = runs.get((model.id, kind.id, "graph" if timing == "graph" else "eager")) or runs.get(
+        (model.id, kind.id, "eager")
     )
     notes = []
     unmeasured = list(measurable.loc[~measurable["measured"], "key"])
@@ -368,7 +305,7 @@ def estimate_model(
     )
 
 
-def _between_ops(run: _Figure | None, configs: pd.DataFrame) -> float | None:
+def _between_ops(run: Figure | None, configs: pd.DataFrame) -> float | None:
     """Hollow run − Σ count × per-call of the functional operators, in s (None if unknown)."""
     if run is None or run.hollow_time_s is None:
         return None

@@ -26,16 +26,16 @@ from typing import Any, Literal
 import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
-from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from operator_db.db import queries
 from operator_db.db.models import DeviceKind, DevicePeak
+from operator_db.db.queries import PeakFigure
 from operator_db.devices.base import Clock, Device
 from operator_db.errors import MeasurementError, SpecError
 from operator_db.measure.engine import BlockTimer
 from operator_db.measure.stats import summarize
 from operator_db.specs.io import format_error, format_loc
-from operator_db.worker.jobs import get_or_create_device_kind
 
 PEAK_TABLE_PATH = Path(__file__).with_name("peaks.yaml")
 """The shipped spec-sheet table."""
@@ -714,7 +714,7 @@ def _measure_copy(
 def _kind(session: Session, device_kind: str | DeviceKind, type_: str | None) -> DeviceKind:
     if isinstance(device_kind, DeviceKind):
         return device_kind
-    return get_or_create_device_kind(session, device_kind, type_)
+    return queries.get_or_create_device_kind(session, device_kind, type_)
 
 
 def store_spec_peaks(
@@ -727,32 +727,10 @@ def store_spec_peaks(
     ``get_or_create_device_kind`` guesses from its name. Flushes; the caller commits.
     """
     kind = _kind(session, device_kind, None)
-    session.execute(
-        delete(DevicePeak).where(DevicePeak.device_kind_id == kind.id, DevicePeak.source == "spec")
-    )
     reference = spec_reference(chip)
-    rows = [
-        DevicePeak(
-            device_kind_id=kind.id,
-            source="spec",
-            dtype=dtype,
-            flops_per_s=value,
-            reference=reference,
-        )
-        for dtype, value in chip.peak_flops_per_s.items()
-    ]
-    rows.append(
-        DevicePeak(
-            device_kind_id=kind.id,
-            source="spec",
-            dtype=None,
-            bytes_per_s=chip.memory_bandwidth_bytes_per_s,
-            reference=reference,
-        )
-    )
-    session.add_all(rows)
-    session.flush()
-    return rows
+    figures = [PeakFigure(d, value, reference) for d, value in chip.peak_flops_per_s.items()]
+    figures.append(PeakFigure(None, chip.memory_bandwidth_bytes_per_s, reference))
+    return queries.replace_peaks(session, kind.id, "spec", figures)
 
 
 def store_measured_peaks(
@@ -765,37 +743,13 @@ def store_measured_peaks(
     hosts of the kind are kept. Flushes; the caller commits.
     """
     kind = _kind(session, kind_name, measured.device_type)
-    same_host = DevicePeak.host_id.is_(None) if host_id is None else DevicePeak.host_id == host_id
-    session.execute(
-        delete(DevicePeak).where(
-            DevicePeak.device_kind_id == kind.id, DevicePeak.source == "measured", same_host
-        )
-    )
-    rows = [
-        DevicePeak(
-            device_kind_id=kind.id,
-            source="measured",
-            dtype=dtype,
-            flops_per_s=timing.best_per_s,
-            reference=timing.describe(),
-            host_id=host_id,
-        )
+    figures = [
+        PeakFigure(dtype, timing.best_per_s, timing.describe())
         for dtype, timing in measured.matmul.items()
     ]
     if measured.copy is not None:
-        rows.append(
-            DevicePeak(
-                device_kind_id=kind.id,
-                source="measured",
-                dtype=None,
-                bytes_per_s=measured.copy.best_per_s,
-                reference=measured.copy.describe(),
-                host_id=host_id,
-            )
-        )
-    session.add_all(rows)
-    session.flush()
-    return rows
+        figures.append(PeakFigure(None, measured.copy.best_per_s, measured.copy.describe()))
+    return queries.replace_peaks(session, kind.id, "measured", figures, host_id=host_id)
 
 
 def peaks_for_kind(session: Session, kind_name: str) -> KindPeaks:
@@ -805,14 +759,8 @@ def peaks_for_kind(session: Session, kind_name: str) -> KindPeaks:
     Measured: per dtype, and for bandwidth, the highest stored value over all hosts. An unknown
     kind with no matching chip gives an empty ``KindPeaks``.
     """
-    kind = session.scalars(select(DeviceKind).where(DeviceKind.name == kind_name)).one_or_none()
-    rows: Sequence[DevicePeak] = (
-        session.scalars(
-            select(DevicePeak).where(DevicePeak.device_kind_id == kind.id).order_by(DevicePeak.id)
-        ).all()
-        if kind is not None
-        else []
-    )
+    kind = queries.find_device_kind(session, kind_name)
+    rows = queries.peak_rows(session, kind.id) if kind is not None else []
     spec = [r for r in rows if r.source == "spec"]
     measured_flops: dict[str, float] = {}
     measured_bw: float | None = None
@@ -869,14 +817,9 @@ def record_peaks(
     Measure first and call this in a short transaction afterwards (on SQLite a write transaction
     holds the database lock). Returns the kind's peaks as ``peaks_for_kind`` sees them.
     """
-    kind = get_or_create_device_kind(session, measured.kind_name, measured.device_type)
+    kind = queries.get_or_create_device_kind(session, measured.kind_name, measured.device_type)
     store_measured_peaks(session, kind.name, measured, host_id=host_id)
-    has_spec = session.scalar(
-        select(DevicePeak.id)
-        .where(DevicePeak.device_kind_id == kind.id, DevicePeak.source == "spec")
-        .limit(1)
-    )
     chip = find_chip(measured.kind_name)
-    if chip is not None and has_spec is None:
+    if chip is not None and not queries.has_spec_peaks(session, kind.id):
         store_spec_peaks(session, chip, kind)
     return peaks_for_kind(session, measured.kind_name)

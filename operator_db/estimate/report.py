@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from operator_db.db import queries
 from operator_db.db.engine import safe_url
-from operator_db.db.models import DeviceKind, Model
 from operator_db.errors import OperatorDBError
 from operator_db.estimate import studies
 
@@ -696,12 +695,9 @@ def build_report(
         (out_dir / name).unlink(missing_ok=True)
 
     when = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
-    kinds_query = select(DeviceKind.name, DeviceKind.type).order_by(DeviceKind.name)
-    if device_kinds is not None:
-        kinds_query = kinds_query.where(DeviceKind.name.in_(device_kinds))
-    kinds = session.execute(kinds_query).all()
+    kinds = sorted((k.name, k.type) for k in queries.device_kinds(session, device_kinds))
     measured_per_kind = table.groupby("device_kind")["model"].nunique().to_dict()
-    total_models = session.scalar(select(func.count()).select_from(Model)) or 0
+    total_models = queries.model_count(session)
     measured = table["model"].nunique() if not table.empty else 0
 
     doc = _Doc("operator-db report")

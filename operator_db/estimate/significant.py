@@ -9,12 +9,11 @@ coverage target is what must be measured first: the queue gives them a higher pr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from operator_db.db.models import DeviceKind, Measurement, ModelOperator, OperatorConfig
-from operator_db.db.queries import get_model
+from operator_db.db import queries, queue
 from operator_db.estimate.compose import Peaks
 from operator_db.estimate.peaks import peaks_for_kind
 from operator_db.estimate.roofline import best_peaks
@@ -48,28 +47,21 @@ def significant_configs(
     """
     if not 0 < target <= 1:
         raise ValueError(f"coverage target must be in (0, 1], got {target}")
-    model = get_model(session, model_name)
+    model = queries.get_model(session, model_name)
     peaks = best_peaks(peaks_for_kind(session, device_kind), model.dtype) or GENERIC_PEAKS
-    rows = session.execute(
-        select(OperatorConfig, ModelOperator.count)
-        .join(ModelOperator, ModelOperator.config_id == OperatorConfig.id)
-        .where(ModelOperator.model_id == model.id, OperatorConfig.kind != "opaque")
-    ).all()
-    measured: dict[int, float] = {}
-    newest_last = session.execute(
-        select(Measurement.config_id, Measurement.time_median_s)
-        .join(DeviceKind, DeviceKind.id == Measurement.device_kind_id)
-        .where(
-            DeviceKind.name == device_kind,
-            Measurement.timing == "eager",
-            Measurement.config_id.in_([cfg.id for cfg, _ in rows]),
+    rows = queries.model_configs(session, model.id, measurable_only=True)
+    kind = queries.find_device_kind(session, device_kind)
+    figures = (
+        {}
+        if kind is None
+        else queries.config_figures(
+            session, [mc.config.id for mc in rows], [kind.id], timing="eager"
         )
-        .order_by(Measurement.created_at, Measurement.id)
     )
-    for config_id, per_call_s in newest_last:
-        measured[config_id] = per_call_s
+    measured = {config_id: f.time_median_s for (config_id, _, _), f in figures.items()}
     items = []
-    for cfg, count in rows:
+    for mc in rows:
+        cfg, count = mc.config, mc.count
         per_call = measured.get(cfg.id)
         if per_call is None:
             per_call = max(
@@ -102,3 +94,29 @@ def significance_priorities(
         s.config_id: base + (boost if s.significant else 0)
         for s in significant_configs(session, model_name, device_kind, target=target)
     }
+
+
+def enqueue_significant_first(
+    session: Session,
+    model_name: str,
+    device_kind: str,
+    *,
+    coverage: float = 0.9,
+    priority: int = 0,
+    **options: Any,
+) -> queue.EnqueueResult:
+    """Queue a model on a kind, the configurations making up ``coverage`` of its time first.
+
+    The significant configurations get a priority above ``priority`` (see
+    :func:`significance_priorities`); ``options`` go to :func:`operator_db.db.queue.enqueue_model`.
+
+    Raises:
+        NotFoundError: unknown model.
+        ValueError: ``coverage`` outside (0, 1].
+    """
+    priorities = significance_priorities(
+        session, model_name, device_kind, target=coverage, base=priority
+    )
+    return queue.enqueue_model(
+        session, model_name, device_kind, priority=priority, priorities=priorities, **options
+    )

@@ -16,27 +16,18 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from pydantic import ValidationError
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from operator_db.db.models import (
-    DeviceKind,
-    FullModelRun,
-    Measurement,
-    Model,
-    ModelOperator,
-    OperatorConfig,
-)
-from operator_db.db.queries import config_spec
+from operator_db.db import queries
+from operator_db.db.models import DeviceKind, Model, OperatorConfig
 from operator_db.specs.keys import operator_key
-from operator_db.worker.jobs import get_device_kind
 
 MODEL_COLUMNS = [
     "model",
@@ -203,54 +194,15 @@ def _kind_ids(session: Session, device_kinds: Sequence[str] | None) -> dict[int,
     Raises:
         NotFoundError: a named kind does not exist.
     """
-    if device_kinds is not None:
-        kinds = [get_device_kind(session, name) for name in dict.fromkeys(device_kinds)]
-    else:
-        kinds = list(session.scalars(select(DeviceKind).order_by(DeviceKind.name)))
-    return {k.id: k for k in kinds}
-
-
-def _latest_eager(
-    rows: Iterable[Any],
-) -> dict[tuple[int, int], Any]:
-    """Keep the newest row per (target id, device kind id); rows are (target, kind, result)."""
-    best: dict[tuple[int, int], Any] = {}
-    for target, kind, result in rows:
-        key = (target, kind)
-        old = best.get(key)
-        if old is None or (result.created_at, result.id) > (old.created_at, old.id):
-            best[key] = result
-    return best
+    return {k.id: k for k in queries.device_kinds(session, device_kinds)}
 
 
 def _latest_times(
     session: Session, config_ids: Sequence[int], kind_ids: Sequence[int]
 ) -> dict[tuple[int, int], float]:
     """Return the latest eager per-call time (s) per (config id, device kind id)."""
-    if not config_ids or not kind_ids:
-        return {}
-    found: dict[tuple[int, int], tuple[Any, int, float]] = {}
-    ids = sorted(set(config_ids))
-    for start in range(0, len(ids), 500):
-        rows = session.execute(
-            select(
-                Measurement.config_id,
-                Measurement.device_kind_id,
-                Measurement.created_at,
-                Measurement.id,
-                Measurement.time_median_s,
-            ).where(
-                Measurement.timing == "eager",
-                Measurement.device_kind_id.in_(list(kind_ids)),
-                Measurement.config_id.in_(ids[start : start + 500]),
-            )
-        )
-        for config_id, kind_id, created, id_, time_s in rows:
-            key = (config_id, kind_id)
-            old = found.get(key)
-            if old is None or (created, id_) > old[:2]:
-                found[key] = (created, id_, time_s)
-    return {key: value[2] for key, value in found.items()}
+    figures = queries.config_figures(session, config_ids, kind_ids, timing="eager")
+    return {(config_id, kind_id): f.time_median_s for (config_id, kind_id, _), f in figures.items()}
 
 
 def _unique_calls(count: int, locations: Sequence[Any]) -> int:
@@ -285,32 +237,30 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
         NotFoundError: a named device kind does not exist.
     """
     kinds = _kind_ids(session, device_kinds)
-    runs = _latest_eager(
-        session.execute(
-            select(FullModelRun.model_id, FullModelRun.device_kind_id, FullModelRun).where(
-                FullModelRun.timing == "eager",
-                FullModelRun.device_kind_id.in_(list(kinds)),
-            )
-        ).all()
-    )
+    runs = {
+        (model_id, kind_id): figure
+        for (model_id, kind_id, _), figure in queries.model_figures(
+            session, None, list(kinds), timing="eager"
+        ).items()
+    }
     if not runs:
         return pd.DataFrame(columns=MODEL_COLUMNS)
     model_ids = sorted({model_id for model_id, _ in runs})
-    models = {m.id: m for m in session.scalars(select(Model).where(Model.id.in_(model_ids)))}
-    links = session.execute(
-        select(
-            ModelOperator.model_id,
-            ModelOperator.config_id,
-            ModelOperator.count,
-            ModelOperator.locations,
-            OperatorConfig.kind,
-            OperatorConfig.flops,
-            OperatorConfig.flops_backward,
-            OperatorConfig.params,
+    models = {m.id: m for m in queries.list_models(session, ids=model_ids)}
+    links = [
+        (
+            model_id,
+            mc.config.id,
+            mc.count,
+            mc.locations,
+            mc.config.kind,
+            mc.config.flops,
+            mc.config.flops_backward,
+            mc.config.params,
         )
-        .join(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
-        .where(ModelOperator.model_id.in_(model_ids))
-    ).all()
+        for model_id, configs in queries.models_configs(session, model_ids).items()
+        for mc in configs
+    ]
     times = _latest_times(session, [link[1] for link in links], list(kinds))
     run_kinds: dict[int, list[int]] = {}
     for model_id, kind_id in runs:
@@ -621,20 +571,11 @@ def inference_twins(session: Session, configs: Sequence[OperatorConfig]) -> dict
         if cfg.kind == "opaque":
             continue
         try:
-            keys[operator_key(config_spec(cfg), "inference")] = cfg.id
+            keys[operator_key(queries.config_spec(cfg), "inference")] = cfg.id
         except ValidationError:  # a row the spec schema no longer reads has no twin to find
             continue
-    found: dict[int, int] = {}
-    wanted = list(keys)
-    for start in range(0, len(wanted), 500):
-        rows = session.execute(
-            select(OperatorConfig.key, OperatorConfig.id).where(
-                OperatorConfig.key.in_(wanted[start : start + 500])
-            )
-        )
-        for key, twin_id in rows:
-            found[keys[key]] = twin_id
-    return found
+    found = queries.config_ids_by_key(session, list(keys))
+    return {keys[key]: twin_id for key, twin_id in found.items()}
 
 
 def forward_backward(
@@ -660,13 +601,13 @@ def forward_backward(
         NotFoundError: a named device kind does not exist.
     """
     kinds = _kind_ids(session, device_kinds)
-    links = session.execute(
-        select(Model.name, ModelOperator.count, ModelOperator.position, OperatorConfig)
-        .join(ModelOperator, ModelOperator.model_id == Model.id)
-        .join(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
-        .where(Model.mode == "training")
-        .order_by(Model.name, ModelOperator.position)
-    ).all()
+    training = queries.list_models(session, mode="training")
+    configs_of = queries.models_configs(session, [m.id for m in training])
+    links = [
+        (model.name, mc.count, mc.position, mc.config)
+        for model in training
+        for mc in configs_of[model.id]
+    ]
     notes: list[str] = []
     if not links:
         notes.append("no training model in the database: no forward:backward study")

@@ -16,16 +16,15 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from sqlalchemy import select
 
+from operator_db.db import queries, queue
 from operator_db.db.models import Host, Job, utcnow
+from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import DatabaseError, OperatorDBError
 from operator_db.measure.allocator import retain_freed_memory
 from operator_db.measure.engine import energy_unavailable, idle_power_w
 from operator_db.measure.settings import MeasureSettings
-from operator_db.store import Store
-from operator_db.worker import jobs
 from operator_db.worker.execute import Executor, JobInfo, execute_job
 
 EventKind = Literal[
@@ -111,7 +110,7 @@ class _Heartbeat:
         while not self._stop.wait(self.every_s):
             try:
                 with self.store.transaction() as session:
-                    if not jobs.renew_lease(session, self.job_id, self.owner, self.lease_s):
+                    if not queue.renew_lease(session, self.job_id, self.owner, self.lease_s):
                         self.lost.set()
                         return
             except DatabaseError:
@@ -163,18 +162,12 @@ class Worker:
         ident = self.device.identity()
         update_period = self.device.counter_update_period_s()
         with self.store.transaction() as session:
-            kind = jobs.get_or_create_device_kind(session, ident.name, ident.kind)
+            kind = queries.get_or_create_device_kind(session, ident.name, ident.kind)
             kind.vendor = ident.vendor
             kind.architecture = ident.architecture
             kind.memory_bytes = ident.memory_bytes
             hostname = socket.gethostname()
-            host = session.scalars(
-                select(Host).where(Host.hostname == hostname, Host.device_id == ident.device_id)
-            ).one_or_none()
-            if host is None:
-                host = Host(hostname=hostname, device_id=ident.device_id, device_kind_id=kind.id)
-                session.add(host)
-            host.device_kind_id = kind.id
+            host = queries.get_or_create_host(session, hostname, ident.device_id, kind.id)
             host.info = self.device.provenance()
             host.counter_update_period_s = update_period
             host.last_seen = utcnow()
@@ -217,10 +210,10 @@ class Worker:
             try:
                 self._refresh_idle_power()  # before claiming: the lease must not tick meanwhile
                 with self.store.transaction() as session:
-                    jobs.expire_exhausted(session)
+                    queue.expire_exhausted(session)
                 with self.store.transaction() as session:
-                    job = jobs.claim_job(session, kind_id, self.options.name, self.options.lease_s)
-                    claimed = None if job is None else (job.id, jobs.job_target_name(session, job))
+                    job = queue.claim_job(session, kind_id, self.options.name, self.options.lease_s)
+                    claimed = None if job is None else (job.id, queue.job_target_name(session, job))
                 db_failures = 0
             except DatabaseError as exc:
                 db_failures += 1
@@ -255,7 +248,7 @@ class Worker:
             with _Heartbeat(self.store, job_id, owner, self.options.lease_s, every) as beat:
                 rows = self.executor(self.store, job, self.device, self.settings, self._idle_power)
             with self.store.transaction() as session:
-                if beat.lost.is_set() or not jobs.finish_job(session, job_id, owner):
+                if beat.lost.is_set() or not queue.finish_job(session, job_id, owner):
                     session.rollback()
                     stats.lost += 1
                     self._emit("lost", f"{target}: lease lost, result dropped", job_id)
@@ -267,7 +260,7 @@ class Worker:
             self._emit("done", target, job_id)
         except (KeyboardInterrupt, SystemExit):
             with self.store.transaction() as session:
-                if jobs.release_job(session, job_id, owner):
+                if queue.release_job(session, job_id, owner):
                     stats.released += 1
                     self._emit("released", f"{target}: handed back", job_id)
             raise
@@ -282,7 +275,7 @@ class Worker:
                 isinstance(exc, RuntimeError) and not isinstance(exc, OperatorDBError)
             )
             with self.store.transaction() as session:
-                status = jobs.fail_job(session, job_id, owner, message, retry=retry)
+                status = queue.fail_job(session, job_id, owner, message, retry=retry)
             if status == "failed":
                 stats.failed += 1
                 stats.errors.append(f"job {job_id} ({target}): {message}")

@@ -7,24 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from operator_db.db.models import (
-    FullModelRun,
-    Job,
-    Measurement,
-    Model,
-    ModelOperator,
-    OperatorConfig,
-)
-from operator_db.db.queries import config_spec
+from operator_db.db import queries
+from operator_db.db.models import FullModelRun, Job, Measurement, Model, OperatorConfig
+from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import NotFoundError, OperatorDBError
 from operator_db.measure.engine import MeasureResult, Timing, measure, measure_interleaved
 from operator_db.measure.settings import MeasureSettings
 from operator_db.specs.schema import Mode
-from operator_db.store import Store
 
 if TYPE_CHECKING:
     from operator_db.measure.model_run import ModelRun
@@ -137,7 +129,7 @@ def _prepare_operator(
 
     mode: Mode = "training" if config.mode == "training" else "inference"
     built = build_op(
-        config_spec(config), mode=mode, device=device.torch_device(), seed=settings.seed
+        queries.config_spec(config), mode=mode, device=device.torch_device(), seed=settings.seed
     )
     return built.run
 
@@ -148,11 +140,7 @@ def _prepare_model(
     """Rebuild the model, with a hollow run that stubs the modules its spec records."""
     from operator_db.measure.model_run import prepare_model_run
 
-    locations = session.scalars(
-        select(ModelOperator.locations)
-        .join(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
-        .where(ModelOperator.model_id == model.id, OperatorConfig.kind == "module")
-    ).all()
+    modules = queries.model_configs(session, model.id, form="module")
     return prepare_model_run(
         model.reference,
         model.overrides,
@@ -161,7 +149,7 @@ def _prepare_model(
         model.inputs,
         device=device.torch_device(),
         seed=settings.seed,
-        stub={str(name) for names in locations for name in names},
+        stub={name for mc in modules for name in mc.locations},
     )
 
 
@@ -274,12 +262,9 @@ def _execute_interleaved(
         model = _job_model(session, job)
         model_id, model_dtype = model.id, model.dtype
         model_run = _prepare_model(session, model, device, settings)
-        configs = session.scalars(
-            select(OperatorConfig)
-            .join(ModelOperator, ModelOperator.config_id == OperatorConfig.id)
-            .where(ModelOperator.model_id == model_id, OperatorConfig.kind != "opaque")
-            .order_by(ModelOperator.position)
-        ).all()
+        configs = [
+            mc.config for mc in queries.model_configs(session, model_id, measurable_only=True)
+        ]
         prepared: list[tuple[int, str, Prepared]] = []
         left_out: dict[str, str] = {}
         for config in configs:
@@ -310,7 +295,5 @@ def _execute_interleaved(
             flags=(*model_result.flags, "interleaved_partial"),
             provenance={**model_result.provenance, "left_out": left_out},
         )
-    rows.extend(
-        _model_rows(job, model_id, model_dtype, model_result, hollow_result, model_run)
-    )
+    rows.extend(_model_rows(job, model_id, model_dtype, model_result, hollow_result, model_run))
     return rows

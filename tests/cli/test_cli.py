@@ -13,7 +13,8 @@ import yaml
 from sqlalchemy import inspect
 
 from operator_db.db.engine import make_engine
-from operator_db.store import Store, row_counts
+from operator_db.db.queries import row_counts
+from operator_db.db.store import Store
 from tests.conftest import POSTGRES_URL
 from tests.helpers import EXAMPLE_SPECS, FAST_MEASURE, linear_op, run_cli, snapshot, spec_dict
 

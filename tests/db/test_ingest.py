@@ -9,9 +9,10 @@ from sqlalchemy import func, select
 
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import Model, ModelOperator, OperatorConfig
+from operator_db.db.queries import row_counts
+from operator_db.db.store import Store
 from operator_db.errors import ConflictError
 from operator_db.specs import parse_spec
-from operator_db.store import Store, row_counts
 from tests.helpers import linear_op, relu_op, snapshot, spec_dict
 
 

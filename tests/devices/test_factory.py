@@ -137,5 +137,5 @@ def test_devices_package_does_not_import_the_database() -> None:
     assert "pynvml" not in imported  # imported lazily, by importlib
     assert sorted(
         m for m in imported
-        if m.split(".")[0] == "sqlalchemy" or m.startswith(("operator_db.db", "operator_db.store"))
+        if m.split(".")[0] == "sqlalchemy" or m.startswith("operator_db.db")
     ) == []

@@ -14,11 +14,11 @@ import yaml
 from sqlalchemy import func, select
 
 from operator_db.db.models import DeviceKind, DevicePeak, Host
+from operator_db.db.store import Store
 from operator_db.devices.cpu import CpuDevice
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import MeasurementError, SpecError
 from operator_db.estimate import peaks as p
-from operator_db.store import Store
 
 TABLE = p.load_peak_table()
 H100 = "NVIDIA H100 80GB HBM3"

@@ -12,10 +12,10 @@ import typer
 from typer.testing import CliRunner
 
 from operator_db.cli.report import report
+from operator_db.db.queries import get_or_create_device_kind
+from operator_db.db.store import Store
 from operator_db.errors import NotFoundError, OperatorDBError
 from operator_db.estimate import report as rep
-from operator_db.store import Store
-from operator_db.worker.jobs import get_or_create_device_kind
 from tests.estimate.test_studies import CPU, GPU, seed
 
 NOW = datetime(2025, 1, 2, 3, 4, tzinfo=UTC)

@@ -13,12 +13,12 @@ from sqlalchemy import select
 
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Measurement, Model, OperatorConfig, utcnow
+from operator_db.db.queries import get_or_create_device_kind
+from operator_db.db.store import Store
 from operator_db.errors import NotFoundError
 from operator_db.estimate import studies
 from operator_db.estimate.compose import estimate_model
 from operator_db.specs import parse_spec
-from operator_db.store import Store
-from operator_db.worker.jobs import get_or_create_device_kind
 from tests.helpers import linear_op, relu_op, result_row, spec_dict
 
 CPU = "cpu:Test CPU"

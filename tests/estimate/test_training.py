@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
+from operator_db.db.store import Store
 from operator_db.devices.fake import FakeDevice
 from operator_db.estimate.compose import estimate_model
 from operator_db.harvest import harvest
 from operator_db.measure.settings import fast_settings
 from operator_db.specs import parse_spec
-from operator_db.store import Store
-from operator_db.worker import jobs
 from operator_db.worker.daemon import Worker, WorkerOptions
 
 
@@ -28,7 +28,7 @@ def test_training_step_estimate(store: Store) -> None:
     device = FakeDevice(update_period_s=0.001)
     with store.transaction() as session:
         ingest_specs(session, [loaded])
-        queued = jobs.enqueue_model(session, "tiny-train", device.identity().name)
+        queued = queue.enqueue_model(session, "tiny-train", device.identity().name)
     stats = Worker(store, device, fast_settings(model_min_time_s=0),
                    WorkerOptions(until_idle=True, poll_s=0.01)).run()
     assert (stats.done, stats.failed) == (queued.queued_configs + 1, 0)

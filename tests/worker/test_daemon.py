@@ -8,17 +8,17 @@ import pytest
 import torch
 from sqlalchemy import func, select, update
 
+from operator_db.db import queue
 from operator_db.db.models import FullModelRun, Host, Job, Measurement
+from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import MeasurementError
 from operator_db.measure.settings import MeasureSettings, fast_settings
-from operator_db.store import Store
-from operator_db.worker import jobs
 from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions
 from operator_db.worker.execute import JobInfo
+from tests.db.test_queue import KIND, seed
 from tests.helpers import result_row
-from tests.worker.test_jobs import KIND, seed
 
 
 def fixed_result(job: JobInfo) -> list[Any]:
@@ -47,14 +47,14 @@ def make_worker(
 def enqueue(store: Store, **kw: Any) -> None:
     seed(store)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "a", KIND, **kw)
+        queue.enqueue_model(session, "a", KIND, **kw)
 
 
 def counts(store: Store) -> tuple[int, int, dict[str, int]]:
     with store.transaction() as session:
         m = session.scalar(select(func.count()).select_from(Measurement)) or 0
         f = session.scalar(select(func.count()).select_from(FullModelRun)) or 0
-        return m, f, jobs.queue_counts(session)
+        return m, f, queue.queue_counts(session)
 
 
 def test_worker_measures_every_job_once(store: Store) -> None:

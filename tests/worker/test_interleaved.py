@@ -8,16 +8,17 @@ import pytest
 import torch
 from sqlalchemy import select, update
 
+from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Job, Measurement, ModelOperator, OperatorConfig
+from operator_db.db.store import Store
 from operator_db.devices.fake import FakeDevice
 from operator_db.estimate.compose import estimate_model
 from operator_db.harvest import harvest
 from operator_db.measure.settings import fast_settings
 from operator_db.ops.build import OperatorBuildError
 from operator_db.specs import parse_spec
-from operator_db.store import Store
-from operator_db.worker import execute, jobs
+from operator_db.worker import execute
 from operator_db.worker.daemon import Worker, WorkerOptions
 from tests.helpers import FAST_MEASURE, linear_op, relu_op, run_cli, spec_dict
 
@@ -42,7 +43,7 @@ def run_interleaved_job(store: Store) -> None:
     """Queue the model 'tiny' as one interleaved job on the fake device and run it."""
     device = FakeDevice(update_period_s=0.001)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
+        queue.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
     assert run_worker(store, device) == (1, 0)
 
 
@@ -51,7 +52,7 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
     device = FakeDevice(update_period_s=0.001)
     kind = device.identity().name
     with store.transaction() as session:
-        queued = jobs.enqueue_model(session, "tiny", kind, interleaved=True)
+        queued = queue.enqueue_model(session, "tiny", kind, interleaved=True)
         job = session.scalars(select(Job)).one()
         assert (job.target, job.options) == ("model", {"interleaved": True})
     assert (queued.queued_configs, queued.queued_model_run) == (configs, True)
@@ -71,9 +72,9 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         assert est.coverage == 1.0 and est.full_run_time_s == run.time_median_s
         assert est.between_ops_s is not None  # the MLP has no functional operator: the hollow run
         # Nothing is missing: no second job; remeasure queues one again.
-        again = jobs.enqueue_model(session, "tiny", kind, interleaved=True)
+        again = queue.enqueue_model(session, "tiny", kind, interleaved=True)
         assert (again.queued_model_run, again.already_measured) == (False, configs)
-        assert jobs.enqueue_model(session, "tiny", kind, interleaved=True,
+        assert queue.enqueue_model(session, "tiny", kind, interleaved=True,
                                   remeasure=True).queued_model_run
 
 
@@ -133,7 +134,7 @@ def test_a_separate_model_job_also_times_the_hollow_run(store: Store) -> None:
     configs = ingest_mlp(store)
     device = FakeDevice(update_period_s=0.001)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "tiny", device.identity().name)
+        queue.enqueue_model(session, "tiny", device.identity().name)
     assert run_worker(store, device) == (configs + 1, 0)
     with store.transaction(read_only=True) as session:
         run = session.scalars(select(FullModelRun)).one()
@@ -146,7 +147,7 @@ def test_a_model_without_reference_is_queued_one_configuration_at_a_time(store: 
     del spec["model"]["reference"]
     with store.transaction() as session:
         ingest_specs(session, [parse_spec(spec, "no-ref.yaml")])
-        queued = jobs.enqueue_model(session, "no-ref", "fake:FakeGPU", interleaved=True)
+        queued = queue.enqueue_model(session, "no-ref", "fake:FakeGPU", interleaved=True)
         targets = sorted(j.target for j in session.scalars(select(Job)))
     assert queued.queued_configs == 2 and targets == ["model", "operator", "operator"]
 

@@ -18,7 +18,7 @@ import yaml
 from sqlalchemy import func, select
 
 from operator_db.db.models import Job, Measurement
-from operator_db.store import Store
+from operator_db.db.store import Store
 from tests.helpers import FAST_MEASURE, relu_op, spec_dict
 
 FAST = FAST_MEASURE

@@ -19,43 +19,21 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import (
+    ACTIVE_JOB_STATUSES,
     DeviceKind,
-    FullModelRun,
     Job,
-    Measurement,
     Model,
-    ModelOperator,
     OperatorConfig,
     utcnow,
 )
-from operator_db.db.queries import get_model
+from operator_db.db.queries import (
+    get_model,
+    get_or_create_device_kind,
+    has_model_run,
+    measured_config_ids,
+    model_configs,
+)
 from operator_db.errors import NotFoundError
-
-
-def get_or_create_device_kind(session: Session, name: str, type_: str | None = None) -> DeviceKind:
-    """Return the device kind ``name``, creating it if new (type guessed from its prefix)."""
-    kind = session.scalars(select(DeviceKind).where(DeviceKind.name == name)).one_or_none()
-    if kind is None:
-        prefix = name.split(":", 1)[0]
-        guessed = prefix if prefix in ("cpu", "fake") else "gpu"
-        kind = DeviceKind(name=name, type=type_ or guessed)
-        session.add(kind)
-        session.flush()
-    return kind
-
-
-def get_device_kind(session: Session, name: str) -> DeviceKind:
-    """Return the device kind ``name``.
-
-    Raises:
-        NotFoundError: no such kind; the message lists the known ones.
-    """
-    kind = session.scalars(select(DeviceKind).where(DeviceKind.name == name)).one_or_none()
-    if kind is None:
-        names = session.scalars(select(DeviceKind.name).order_by(DeviceKind.name)).all()
-        known = ", ".join(names) if names else "none yet (a worker registers its kind)"
-        raise NotFoundError(f"no device kind {name!r}; known: {known}")
-    return kind
 
 
 @dataclass(frozen=True)
@@ -99,33 +77,10 @@ def enqueue_model(
     """
     model = get_model(session, model_name)
     kind = get_or_create_device_kind(session, device_kind)
-    configs = session.execute(
-        select(OperatorConfig.id, OperatorConfig.kind)
-        .join(ModelOperator, ModelOperator.config_id == OperatorConfig.id)
-        .where(ModelOperator.model_id == model.id)
-        .order_by(ModelOperator.position)
-    ).all()
-    ids = [cid for cid, k in configs if k != "opaque"]
-    measured = (
-        set()
-        if remeasure
-        else set(
-            session.scalars(
-                select(Measurement.config_id).where(
-                    Measurement.device_kind_id == kind.id, Measurement.config_id.in_(ids)
-                )
-            )
-        )
-    )
-    active = set(
-        session.scalars(
-            select(Job.config_id).where(
-                Job.device_kind_id == kind.id,
-                Job.status.in_(("queued", "running")),
-                Job.config_id.in_(ids),
-            )
-        )
-    )
+    configs = model_configs(session, model.id)
+    ids = [mc.config.id for mc in configs if mc.config.kind != "opaque"]
+    measured = set() if remeasure else measured_config_ids(session, ids, kind.id)
+    active = _active_config_ids(session, ids, kind.id)
     now = utcnow()
     todo = [cid for cid in ids if cid not in measured and cid not in active]
     if interleaved and model.reference:
@@ -182,21 +137,31 @@ def enqueue_model(
     )
 
 
+def _active_config_ids(session: Session, config_ids: list[int], kind_id: int) -> set[int]:
+    """Return the configurations among ``config_ids`` with a queued or running job on the kind."""
+    return {
+        cid
+        for cid in session.scalars(
+            select(Job.config_id).where(
+                Job.device_kind_id == kind_id,
+                Job.status.in_(ACTIVE_JOB_STATUSES),
+                Job.config_id.in_(config_ids),
+            )
+        )
+        if cid is not None
+    }
+
+
 def _model_job_state(session: Session, model_id: int, kind_id: int) -> tuple[bool, bool]:
     """Return whether a model job is queued or running on the kind, and whether a run is stored."""
     active = session.scalar(
         select(Job.id).where(
             Job.model_id == model_id,
             Job.device_kind_id == kind_id,
-            Job.status.in_(("queued", "running")),
+            Job.status.in_(ACTIVE_JOB_STATUSES),
         )
     )
-    stored = session.scalar(
-        select(FullModelRun.id).where(
-            FullModelRun.model_id == model_id, FullModelRun.device_kind_id == kind_id
-        )
-    )
-    return active is not None, stored is not None
+    return active is not None, has_model_run(session, model_id, kind_id)
 
 
 def _enqueue_interleaved(
@@ -387,6 +352,17 @@ def queue_counts(session: Session, device_kind_id: int | None = None) -> dict[st
     if device_kind_id is not None:
         query = query.where(Job.device_kind_id == device_kind_id)
     return {status: int(n) for status, n in session.execute(query)}
+
+
+def queue_counts_by_kind(session: Session) -> list[tuple[str, str, int]]:
+    """Return (device kind name, status, jobs) for every kind and status with jobs, sorted."""
+    rows = session.execute(
+        select(DeviceKind.name, Job.status, func.count())
+        .join(Job, Job.device_kind_id == DeviceKind.id)
+        .group_by(DeviceKind.name, Job.status)
+        .order_by(DeviceKind.name, Job.status)
+    )
+    return [(name, status, int(n)) for name, status, n in rows]
 
 
 def job_target_name(session: Session, job: Job) -> str:

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
+from operator_db.db import queries, queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import Job, Measurement, utcnow
+from operator_db.db.store import Store
 from operator_db.specs import parse_spec
-from operator_db.store import Store
-from operator_db.worker import jobs
 from tests.helpers import linear_op, relu_op, result_row, spec_dict
 
 KIND = "fake:FakeGPU"
@@ -31,41 +31,41 @@ def add_measurement(store: Store, config_id: int, kind_id: int) -> None:
 def test_enqueue_skips_shared_measured_and_active(store: Store) -> None:
     seed(store)
     with store.transaction() as session:
-        first = jobs.enqueue_model(session, "a", KIND)
+        first = queue.enqueue_model(session, "a", KIND)
     assert (first.queued_configs, first.already_queued, first.queued_model_run) == (2, 0, True)
     with store.transaction() as session:
-        second = jobs.enqueue_model(session, "b", KIND)
-        kind_id = jobs.get_device_kind(session, KIND).id
+        second = queue.enqueue_model(session, "b", KIND)
+        kind_id = queries.get_device_kind(session, KIND).id
     # b's Linear is a's Linear: already queued, not queued twice.
     assert (second.queued_configs, second.already_queued) == (1, 1)
     with store.transaction() as session:
-        again = jobs.enqueue_model(session, "a", KIND)
+        again = queue.enqueue_model(session, "a", KIND)
         assert (again.queued_configs, again.already_queued, again.queued_model_run) == (0, 2, False)
-        assert jobs.queue_counts(session) == {"queued": 5}
+        assert queue.queue_counts(session) == {"queued": 5}
         # Finish everything of a's; a measured configuration is not queued again.
         config_id = session.scalars(select(Job.config_id).where(Job.target == "operator")).first()
         session.execute(update(Job).values(status="done"))
     assert config_id is not None
     add_measurement(store, config_id, kind_id)
     with store.transaction() as session:
-        redo = jobs.enqueue_model(session, "a", KIND, with_model_run=False)
+        redo = queue.enqueue_model(session, "a", KIND, with_model_run=False)
     assert (redo.queued_configs, redo.already_measured) == (1, 1)
 
 
 def test_claim_order_lease_and_finish(store: Store) -> None:
     seed(store)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "a", KIND, priority=5)
-        jobs.enqueue_model(session, "b", KIND, priority=1)
-        kind_id = jobs.get_device_kind(session, KIND).id
+        queue.enqueue_model(session, "a", KIND, priority=5)
+        queue.enqueue_model(session, "b", KIND, priority=1)
+        kind_id = queries.get_device_kind(session, KIND).id
     claimed = []
     while True:
         with store.transaction() as session:
-            job = jobs.claim_job(session, kind_id, "w1", lease_s=60)
+            job = queue.claim_job(session, kind_id, "w1", lease_s=60)
             if job is None:
                 break
             claimed.append((job.target, job.priority, job.attempts, job.lease_owner))
-            assert jobs.finish_job(session, job.id, "w1")
+            assert queue.finish_job(session, job.id, "w1")
     assert claimed == [
         ("operator", 5, 1, "w1"),
         ("operator", 5, 1, "w1"),
@@ -74,54 +74,54 @@ def test_claim_order_lease_and_finish(store: Store) -> None:
         ("model", 0, 1, "w1"),
     ]
     with store.transaction() as session:
-        assert jobs.queue_counts(session, kind_id) == {"done": 5}
+        assert queue.queue_counts(session, kind_id) == {"done": 5}
 
 
 def test_expired_lease_is_taken_over_and_old_owner_cannot_finish(store: Store) -> None:
     seed(store)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "a", KIND, with_model_run=False)
-        kind_id = jobs.get_device_kind(session, KIND).id
+        queue.enqueue_model(session, "a", KIND, with_model_run=False)
+        kind_id = queries.get_device_kind(session, KIND).id
     with store.transaction() as session:
-        job = jobs.claim_job(session, kind_id, "dead", lease_s=60)
+        job = queue.claim_job(session, kind_id, "dead", lease_s=60)
         assert job is not None
         job_id = job.id
     with store.transaction() as session:  # the next claim takes the other job, not the leased one
-        other = jobs.claim_job(session, kind_id, "w2", lease_s=60)
+        other = queue.claim_job(session, kind_id, "w2", lease_s=60)
         assert other is not None and other.id != job_id
-        assert jobs.finish_job(session, other.id, "w2")
+        assert queue.finish_job(session, other.id, "w2")
     with store.transaction() as session:
-        assert jobs.claim_job(session, kind_id, "w2", lease_s=60) is None
+        assert queue.claim_job(session, kind_id, "w2", lease_s=60) is None
         session.execute(
             update(Job)
             .where(Job.id == job_id)
             .values(lease_expires_at=utcnow() - timedelta(seconds=1))
         )
     with store.transaction() as session:
-        taken = jobs.claim_job(session, kind_id, "w2", lease_s=60)
+        taken = queue.claim_job(session, kind_id, "w2", lease_s=60)
         assert taken is not None
         assert (taken.id, taken.attempts, taken.lease_owner) == (job_id, 2, "w2")
     with store.transaction() as session:
-        assert not jobs.renew_lease(session, job_id, "dead", 60)
-        assert not jobs.finish_job(session, job_id, "dead")
-        assert jobs.renew_lease(session, job_id, "w2", 60)
-        assert jobs.finish_job(session, job_id, "w2")
+        assert not queue.renew_lease(session, job_id, "dead", 60)
+        assert not queue.finish_job(session, job_id, "dead")
+        assert queue.renew_lease(session, job_id, "w2", 60)
+        assert queue.finish_job(session, job_id, "w2")
 
 
 def test_failures_retry_then_fail(store: Store) -> None:
     seed(store)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "a", KIND, with_model_run=False, max_attempts=2)
-        kind_id = jobs.get_device_kind(session, KIND).id
+        queue.enqueue_model(session, "a", KIND, with_model_run=False, max_attempts=2)
+        kind_id = queries.get_device_kind(session, KIND).id
         session.execute(update(Job).where(Job.id != 1).values(status="cancelled"))
     statuses = []
     for _ in range(3):
         with store.transaction() as session:
-            job = jobs.claim_job(session, kind_id, "w", lease_s=60)
+            job = queue.claim_job(session, kind_id, "w", lease_s=60)
             if job is None:
                 statuses.append(None)
                 continue
-            statuses.append(jobs.fail_job(session, job.id, "w", "CUDA out of memory"))
+            statuses.append(queue.fail_job(session, job.id, "w", "CUDA out of memory"))
     assert statuses == ["queued", "failed", None]
     with store.transaction() as session:
         job = session.get(Job, 1)
@@ -132,11 +132,11 @@ def test_failures_retry_then_fail(store: Store) -> None:
 def test_release_does_not_count_an_attempt(store: Store) -> None:
     seed(store)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "a", KIND, with_model_run=False)
-        kind_id = jobs.get_device_kind(session, KIND).id
-        job = jobs.claim_job(session, kind_id, "w", lease_s=60)
+        queue.enqueue_model(session, "a", KIND, with_model_run=False)
+        kind_id = queries.get_device_kind(session, KIND).id
+        job = queue.claim_job(session, kind_id, "w", lease_s=60)
         assert job is not None
-        assert jobs.release_job(session, job.id, "w")
+        assert queue.release_job(session, job.id, "w")
         session.refresh(job)
         assert (job.status, job.attempts, job.lease_owner) == ("queued", 0, None)
 
@@ -144,9 +144,9 @@ def test_release_does_not_count_an_attempt(store: Store) -> None:
 def test_expire_exhausted(store: Store) -> None:
     seed(store)
     with store.transaction() as session:
-        jobs.enqueue_model(session, "a", KIND, with_model_run=False, max_attempts=1)
-        kind_id = jobs.get_device_kind(session, KIND).id
-        job = jobs.claim_job(session, kind_id, "dead", lease_s=60)
+        queue.enqueue_model(session, "a", KIND, with_model_run=False, max_attempts=1)
+        kind_id = queries.get_device_kind(session, KIND).id
+        job = queue.claim_job(session, kind_id, "dead", lease_s=60)
         assert job is not None
         session.execute(
             update(Job)
@@ -154,5 +154,5 @@ def test_expire_exhausted(store: Store) -> None:
             .values(lease_expires_at=utcnow() - timedelta(seconds=1))
         )
     with store.transaction() as session:
-        assert jobs.expire_exhausted(session) == 1
-        assert jobs.queue_counts(session, kind_id) == {"failed": 1, "queued": 1}
+        assert queue.expire_exhausted(session) == 1
+        assert queue.queue_counts(session, kind_id) == {"failed": 1, "queued": 1}

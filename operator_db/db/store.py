@@ -5,20 +5,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from operator_db.config import Settings
-from operator_db.db import models as m
 from operator_db.db.engine import describe_db_error, make_engine, make_sessionmaker, safe_url
 from operator_db.db.migrate import ensure_current
 
 
 @dataclass
 class Store:
-    """A database opened for use: an engine, its session factory, and the URL (for messages)."""
+    """A database opened for use: an engine, its session factory, and the URL (for messages).
+
+    A context manager: ``with Store.open(url) as store:`` closes it when the block ends.
+    """
 
     engine: Engine
     sessions: sessionmaker[Session]
@@ -81,28 +85,18 @@ class Store:
         """Release every pooled connection."""
         self.engine.dispose()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
     @property
     def display_url(self) -> str:
         """The URL with its password masked."""
         return safe_url(self.url)
-
-
-TABLES: tuple[type[m.Base], ...] = (
-    m.Model,
-    m.OperatorConfig,
-    m.ModelOperator,
-    m.DeviceKind,
-    m.Host,
-    m.Job,
-    m.Measurement,
-    m.FullModelRun,
-    m.DevicePeak,
-)
-
-
-def row_counts(session: Session) -> dict[str, int]:
-    """Return the number of rows in each table, by table name."""
-    return {
-        table.__tablename__: session.scalar(select(func.count()).select_from(table)) or 0
-        for table in TABLES
-    }

@@ -1,0 +1,72 @@
+"""The query layer: every read and small write of the store, as functions taking ``session``.
+
+Each function takes the session first and its options by keyword, and never commits: the
+boundary (one API request, one CLI command, one worker job) does. Estimates, the worker, the CLI
+and the API all read through here; no other package builds SQL.
+"""
+
+from operator_db.db.queries.devices import (
+    device_kinds,
+    find_device_kind,
+    get_device_kind,
+    get_or_create_device_kind,
+    get_or_create_host,
+    kinds_measuring_model,
+)
+from operator_db.db.queries.models import (
+    ModelConfig,
+    ModelOperatorRow,
+    ModelSummary,
+    config_ids_by_key,
+    config_spec,
+    get_model,
+    list_models,
+    model_configs,
+    model_count,
+    model_operators,
+    model_summaries,
+    models_configs,
+)
+from operator_db.db.queries.peaks import PeakFigure, has_spec_peaks, peak_rows, replace_peaks
+from operator_db.db.queries.results import (
+    Aggregate,
+    Figure,
+    config_figures,
+    has_model_run,
+    measured_config_ids,
+    model_figures,
+)
+from operator_db.db.queries.tables import TABLES, row_counts
+
+__all__ = [
+    "TABLES",
+    "Aggregate",
+    "Figure",
+    "ModelConfig",
+    "ModelOperatorRow",
+    "ModelSummary",
+    "PeakFigure",
+    "config_figures",
+    "config_ids_by_key",
+    "config_spec",
+    "device_kinds",
+    "find_device_kind",
+    "get_device_kind",
+    "get_model",
+    "get_or_create_device_kind",
+    "get_or_create_host",
+    "has_model_run",
+    "has_spec_peaks",
+    "kinds_measuring_model",
+    "list_models",
+    "measured_config_ids",
+    "model_configs",
+    "model_count",
+    "model_figures",
+    "model_operators",
+    "model_summaries",
+    "models_configs",
+    "peak_rows",
+    "replace_peaks",
+    "row_counts",
+]

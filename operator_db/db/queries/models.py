@@ -1,0 +1,211 @@
+"""Models and their operator configurations: summaries, lookups, configurations in spec order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from operator_db.db.models import Model, ModelOperator, OperatorConfig
+from operator_db.errors import NotFoundError
+from operator_db.specs.schema import OperatorSpec
+
+_CHUNK = 500
+"""Ids per ``IN (...)`` list: well under SQLite's and PostgreSQL's parameter limits."""
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """A model with its totals per forward (or training step)."""
+
+    name: str
+    reference: str | None
+    mode: str
+    batch_size: int | None
+    configs: int
+    calls: int
+    flops: int
+    """Σ count × forward FLOPs, in FLOPs (configurations without a count add nothing)."""
+    params: int
+    """Σ count × parameters, in elements (a module called twice counts twice)."""
+
+
+def model_summaries(session: Session, *, name: str | None = None) -> list[ModelSummary]:
+    """Return every model (or the one called ``name``) with its totals, by name.
+
+    Totals: configurations, calls, FLOPs and parameters (see :class:`ModelSummary`).
+    """
+    query = (
+        select(
+            Model.name,
+            Model.reference,
+            Model.mode,
+            Model.batch_size,
+            func.count(ModelOperator.config_id),
+            func.coalesce(func.sum(ModelOperator.count), 0),
+            func.coalesce(
+                func.sum(ModelOperator.count * func.coalesce(OperatorConfig.flops, 0)), 0
+            ),
+            func.coalesce(func.sum(ModelOperator.count * OperatorConfig.params), 0),
+        )
+        .outerjoin(ModelOperator, ModelOperator.model_id == Model.id)
+        .outerjoin(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
+        .group_by(Model.id)
+        .order_by(Model.name)
+    )
+    if name is not None:
+        query = query.where(Model.name == name)
+    return [ModelSummary(*(row[:4]), *(int(v) for v in row[4:])) for row in session.execute(query)]
+
+
+def get_model(session: Session, name: str) -> Model:
+    """Return the model called ``name``.
+
+    Raises:
+        NotFoundError: no such model; the message lists a few that exist.
+    """
+    model = session.scalars(select(Model).where(Model.name == name)).one_or_none()
+    if model is None:
+        names = session.scalars(select(Model.name).order_by(Model.name).limit(10)).all()
+        hint = f"; known: {', '.join(names)}" if names else "; the database holds no model yet"
+        raise NotFoundError(f"no model named {name!r}{hint}")
+    return model
+
+
+def list_models(
+    session: Session, *, ids: Sequence[int] | None = None, mode: str | None = None
+) -> list[Model]:
+    """Return the models (those with ``ids``, or of ``mode``, or all), by name."""
+    query = select(Model).order_by(Model.name)
+    if ids is not None:
+        query = query.where(Model.id.in_(list(ids)))
+    if mode is not None:
+        query = query.where(Model.mode == mode)
+    return list(session.scalars(query))
+
+
+def model_count(session: Session) -> int:
+    """Return the number of models stored."""
+    return session.scalar(select(func.count()).select_from(Model)) or 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One configuration of a model, with how often (``count``) and where the model runs it."""
+
+    config: OperatorConfig
+    count: int
+    """Calls per forward (or training step)."""
+    position: int
+    """Its place in the spec (0 first)."""
+    locations: list[str]
+    """The module names (or call sites) that run it."""
+
+
+def models_configs(
+    session: Session,
+    model_ids: Sequence[int],
+    *,
+    measurable_only: bool = False,
+    form: str | None = None,
+) -> dict[int, list[ModelConfig]]:
+    """Return the configurations of each model, in spec order, by model id.
+
+    ``measurable_only`` leaves out opaque configurations; ``form`` keeps only that form
+    (``module``, ``function`` or ``opaque``). A model without configurations maps to ``[]``.
+    """
+    out: dict[int, list[ModelConfig]] = {model_id: [] for model_id in model_ids}
+    ids = sorted(out)
+    for start in range(0, len(ids), _CHUNK):
+        query = (
+            select(ModelOperator, OperatorConfig)
+            .join(OperatorConfig, OperatorConfig.id == ModelOperator.config_id)
+            .where(ModelOperator.model_id.in_(ids[start : start + _CHUNK]))
+            .order_by(ModelOperator.model_id, ModelOperator.position)
+        )
+        if measurable_only:
+            query = query.where(OperatorConfig.kind != "opaque")
+        if form is not None:
+            query = query.where(OperatorConfig.kind == form)
+        for link, cfg in session.execute(query):
+            out[link.model_id].append(
+                ModelConfig(cfg, link.count, link.position, [str(x) for x in link.locations])
+            )
+    return out
+
+
+def model_configs(
+    session: Session, model_id: int, *, measurable_only: bool = False, form: str | None = None
+) -> list[ModelConfig]:
+    """Return a model's configurations in spec order (see :func:`models_configs`)."""
+    return models_configs(session, [model_id], measurable_only=measurable_only, form=form)[model_id]
+
+
+@dataclass(frozen=True)
+class ModelOperatorRow:
+    """One configuration of a model, with the model's count and locations."""
+
+    key: str
+    op: str
+    kind: str
+    inputs: list[dict[str, Any]]
+    count: int
+    flops: int | None
+    bytes: int | None
+    params: int
+    locations: list[str]
+
+
+def model_operators(session: Session, name: str) -> list[ModelOperatorRow]:
+    """Return the configurations of model ``name`` in spec order.
+
+    Raises:
+        NotFoundError: no such model.
+    """
+    model = get_model(session, name)
+    return [
+        ModelOperatorRow(
+            mc.config.key,
+            mc.config.op,
+            mc.config.kind,
+            list(mc.config.inputs),
+            mc.count,
+            mc.config.flops,
+            mc.config.bytes,
+            mc.config.params,
+            list(mc.locations),
+        )
+        for mc in model_configs(session, model.id)
+    ]
+
+
+def config_ids_by_key(session: Session, keys: Sequence[str]) -> dict[str, int]:
+    """Return the ids of the stored configurations among ``keys``, by key."""
+    found: dict[str, int] = {}
+    wanted = sorted(set(keys))
+    for start in range(0, len(wanted), _CHUNK):
+        rows = session.execute(
+            select(OperatorConfig.key, OperatorConfig.id).where(
+                OperatorConfig.key.in_(wanted[start : start + _CHUNK])
+            )
+        )
+        found.update({key: config_id for key, config_id in rows})
+    return found
+
+
+def config_spec(config: OperatorConfig) -> OperatorSpec:
+    """Return the spec form of a stored configuration (what ``operator_db.ops`` rebuilds)."""
+    return OperatorSpec.model_validate(
+        {
+            "op": config.op,
+            "kind": config.kind,
+            "args": config.args,
+            "dtype": config.dtype,
+            "inputs": config.inputs,
+            "call": config.call,
+            "outputs": config.outputs,
+        }
+    )

@@ -1,0 +1,170 @@
+"""Stored results: per-call figures of configurations and of whole models on device kinds.
+
+A target (a configuration or a model) may have several stored results on a kind: passes, hosts,
+remeasurements, and one per timing method (eager, CUDA graph). Everything that reads them goes
+through :func:`config_figures` and :func:`model_figures`: the newest result per (target, kind,
+timing), or the median of all of them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from operator_db.db.models import FullModelRun, Measurement
+
+Aggregate = Literal["latest", "median"]
+"""How several results of one target become one figure: the newest, or the median of all."""
+
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Figure:
+    """The per-call figures of one target on one device kind with one timing method."""
+
+    time_median_s: float
+    """Median per-call time, s (the median over results with ``aggregate="median"``)."""
+    energy_per_call_j: float | None
+    """Per-call energy, J; None where any result chosen has none."""
+    dynamic_energy_per_call_j: float | None
+    """Per-call energy minus idle power × time, J; None where unknown."""
+    flags: list[str]
+    """Quality flags of the results chosen (see ``operator_db.measure.flags``)."""
+    samples: int
+    """How many results are stored for the target, kind and timing."""
+    hollow_time_s: float | None = None
+    """Whole models only: the median per-call time of the hollow run, s."""
+
+
+FigureKey = tuple[int, int, str]
+"""(target id, device kind id, timing)."""
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return statistics.median(v for v in values if v is not None)
+
+
+def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
+    """Group rows (target, kind, timing, created_at, id, time, energy, dynamic, flags, hollow)."""
+    groups: dict[FigureKey, list[Any]] = {}
+    for row in rows:
+        groups.setdefault((row[0], row[1], row[2]), []).append(row)
+    out: dict[FigureKey, Figure] = {}
+    for key, results in groups.items():
+        results.sort(key=lambda r: (r[3], r[4]))
+        chosen = results[-1:] if how == "latest" else results
+        out[key] = Figure(
+            time_median_s=statistics.median(r[5] for r in chosen),
+            energy_per_call_j=_median_or_none([r[6] for r in chosen]),
+            dynamic_energy_per_call_j=_median_or_none([r[7] for r in chosen]),
+            flags=sorted({str(f) for r in chosen for f in (r[8] or [])}),
+            samples=len(results),
+            hollow_time_s=_median_or_none([r[9] for r in chosen]),
+        )
+    return out
+
+
+def _figures(
+    session: Session,
+    table: type[Measurement] | type[FullModelRun],
+    target: Any,
+    target_ids: Sequence[int] | None,
+    kind_ids: Sequence[int],
+    timing: str | None,
+    aggregate: Aggregate,
+) -> dict[FigureKey, Figure]:
+    if (target_ids is not None and not target_ids) or not kind_ids:
+        return {}
+    hollow = FullModelRun.hollow_time_s if table is FullModelRun else None
+    ids: list[int] | None = None if target_ids is None else sorted(set(target_ids))
+    rows: list[Any] = []
+    for start in range(0, 1 if ids is None else len(ids), _CHUNK):
+        query = select(
+            target,
+            table.device_kind_id,
+            table.timing,
+            table.created_at,
+            table.id,
+            table.time_median_s,
+            table.energy_per_call_j,
+            table.dynamic_energy_per_call_j,
+            table.flags,
+            *([hollow] if hollow is not None else []),
+        ).where(table.device_kind_id.in_(list(kind_ids)))
+        if ids is not None:
+            query = query.where(target.in_(ids[start : start + _CHUNK]))
+        if timing is not None:
+            query = query.where(table.timing == timing)
+        rows.extend(
+            tuple(row) + (() if hollow is not None else (None,)) for row in session.execute(query)
+        )
+    return _aggregate(rows, aggregate)
+
+
+def config_figures(
+    session: Session,
+    config_ids: Sequence[int],
+    kind_ids: Sequence[int],
+    *,
+    timing: str | None = None,
+    aggregate: Aggregate = "latest",
+) -> dict[FigureKey, Figure]:
+    """Return the figures of configurations on device kinds, by (config id, kind id, timing).
+
+    ``timing`` keeps one timing method (``eager`` or ``graph``); a configuration without a result
+    on a kind has no entry.
+    """
+    return _figures(
+        session, Measurement, Measurement.config_id, config_ids, kind_ids, timing, aggregate
+    )
+
+
+def model_figures(
+    session: Session,
+    model_ids: Sequence[int] | None,
+    kind_ids: Sequence[int],
+    *,
+    timing: str | None = None,
+    aggregate: Aggregate = "latest",
+) -> dict[FigureKey, Figure]:
+    """Return the figures of whole-model runs, by (model id, kind id, timing).
+
+    ``model_ids`` None reads every model's runs on the kinds; see :func:`config_figures`.
+    """
+    return _figures(
+        session, FullModelRun, FullModelRun.model_id, model_ids, kind_ids, timing, aggregate
+    )
+
+
+def measured_config_ids(session: Session, config_ids: Sequence[int], kind_id: int) -> set[int]:
+    """Return the configurations among ``config_ids`` with a result on kind ``kind_id``."""
+    found: set[int] = set()
+    ids = sorted(set(config_ids))
+    for start in range(0, len(ids), _CHUNK):
+        found.update(
+            session.scalars(
+                select(Measurement.config_id).where(
+                    Measurement.device_kind_id == kind_id,
+                    Measurement.config_id.in_(ids[start : start + _CHUNK]),
+                )
+            )
+        )
+    return found
+
+
+def has_model_run(session: Session, model_id: int, kind_id: int) -> bool:
+    """Say whether a whole-model run of the model is stored on kind ``kind_id``."""
+    found = session.scalar(
+        select(FullModelRun.id)
+        .where(FullModelRun.model_id == model_id, FullModelRun.device_kind_id == kind_id)
+        .limit(1)
+    )
+    return found is not None

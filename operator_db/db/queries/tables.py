@@ -1,0 +1,28 @@
+"""What the database holds: the tables and their row counts."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from operator_db.db import models as m
+
+TABLES: tuple[type[m.Base], ...] = (
+    m.Model,
+    m.OperatorConfig,
+    m.ModelOperator,
+    m.DeviceKind,
+    m.Host,
+    m.Job,
+    m.Measurement,
+    m.FullModelRun,
+    m.DevicePeak,
+)
+
+
+def row_counts(session: Session) -> dict[str, int]:
+    """Return the number of rows in each table, by table name."""
+    return {
+        table.__tablename__: session.scalar(select(func.count()).select_from(table)) or 0
+        for table in TABLES
+    }
