@@ -25,8 +25,7 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.errors import SpecError
 from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.peaks import peaks_for_kind
-from operator_db.estimate.roofline import best_peaks
+from operator_db.estimate.peaks import best_peaks, peaks_for_kind
 from operator_db.estimate.significant import enqueue_significant_first
 from operator_db.specs import load_spec_text
 

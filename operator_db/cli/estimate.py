@@ -14,9 +14,10 @@ from sqlalchemy.orm import Session
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.db import queries
 from operator_db.errors import NotFoundError
+from operator_db.estimate.chips import find_chip, load_peak_table
 from operator_db.estimate.compose import Estimate, estimate_model
-from operator_db.estimate.peaks import find_chip, load_peak_table, peaks_for_kind
-from operator_db.estimate.roofline import best_peaks, peaks_of, plot_roofline, roofline_table
+from operator_db.estimate.peaks import best_peaks, peaks_for_kind, peaks_of
+from operator_db.estimate.roofline import plot_roofline, roofline_table
 
 KindOption = Annotated[
     str | None,
@@ -266,7 +267,8 @@ def peaks(
         return
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
-    from operator_db.estimate.peaks import measure_peaks, record_peaks
+    from operator_db.estimate.peaks import record_peaks
+    from operator_db.measure.peaks import measure_peaks
 
     with open_device(device, settings=get_settings()) as dev:
         measured = measure_peaks(dev, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()])

@@ -7,6 +7,7 @@ Units are in the column names: ``_s`` seconds, ``_j`` joules, ``_w`` watts, ``_b
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -43,8 +44,21 @@ MODES = ("inference", "training")
 OP_KINDS = ("module", "function", "opaque")
 DEVICE_TYPES = ("gpu", "cpu", "fake")
 JOB_TARGETS = ("operator", "model")
-JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-ACTIVE_JOB_STATUSES = ("queued", "running")
+
+
+class JobStatus(StrEnum):
+    """Where a job is: queued, running (under a lease), or ended (done, failed, cancelled)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+JOB_STATUSES = tuple(s.value for s in JobStatus)
+ACTIVE_JOB_STATUSES = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+"""Statuses of a job that still holds its target: at most one such job per target and kind."""
 PEAK_SOURCES = ("spec", "measured")
 TIMINGS = ("eager", "graph")
 
@@ -170,6 +184,10 @@ class Host(Base):
     __table_args__ = (UniqueConstraint("hostname", "device_id"),)
 
 
+_ACTIVE = "status IN (" + ", ".join(f"'{s}'" for s in ACTIVE_JOB_STATUSES) + ")"
+"""SQL for 'the job is active' in the partial unique indexes below."""
+
+
 class Job(Base):
     """Measure an operator configuration, or a whole model, on a device kind."""
 
@@ -182,7 +200,9 @@ class Job(Base):
     )
     model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
     device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
-    status: Mapped[str] = mapped_column(_enum(JOB_STATUSES, "job_status"), default="queued")
+    status: Mapped[str] = mapped_column(
+        _enum(JOB_STATUSES, "job_status"), default=JobStatus.QUEUED.value
+    )
     priority: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
@@ -207,16 +227,16 @@ class Job(Base):
             "config_id",
             "device_kind_id",
             unique=True,
-            sqlite_where=text("status IN ('queued', 'running') AND config_id IS NOT NULL"),
-            postgresql_where=text("status IN ('queued', 'running') AND config_id IS NOT NULL"),
+            sqlite_where=text(f"{_ACTIVE} AND config_id IS NOT NULL"),
+            postgresql_where=text(f"{_ACTIVE} AND config_id IS NOT NULL"),
         ),
         Index(
             "uq_jobs_active_model",
             "model_id",
             "device_kind_id",
             unique=True,
-            sqlite_where=text("status IN ('queued', 'running') AND model_id IS NOT NULL"),
-            postgresql_where=text("status IN ('queued', 'running') AND model_id IS NOT NULL"),
+            sqlite_where=text(f"{_ACTIVE} AND model_id IS NOT NULL"),
+            postgresql_where=text(f"{_ACTIVE} AND model_id IS NOT NULL"),
         ),
     )
 

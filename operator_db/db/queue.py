@@ -22,6 +22,7 @@ from operator_db.db.models import (
     ACTIVE_JOB_STATUSES,
     DeviceKind,
     Job,
+    JobStatus,
     Model,
     OperatorConfig,
     utcnow,
@@ -209,8 +210,8 @@ def _claimable(device_kind_id: int, now: datetime) -> object:
         Job.device_kind_id == device_kind_id,
         Job.attempts < Job.max_attempts,
         or_(
-            Job.status == "queued",
-            and_(Job.status == "running", Job.lease_expires_at < now),
+            Job.status == JobStatus.QUEUED,
+            and_(Job.status == JobStatus.RUNNING, Job.lease_expires_at < now),
         ),
     )
 
@@ -233,7 +234,7 @@ def claim_job(session: Session, device_kind_id: int, owner: str, lease_s: float)
         update(Job)
         .where(Job.id == pick.scalar_subquery())
         .values(
-            status="running",
+            status=JobStatus.RUNNING,
             lease_owner=owner,
             lease_expires_at=now + timedelta(seconds=lease_s),
             attempts=Job.attempts + 1,
@@ -248,7 +249,7 @@ def claim_job(session: Session, device_kind_id: int, owner: str, lease_s: float)
 
 
 def _owned(job_id: int, owner: str) -> object:
-    return and_(Job.id == job_id, Job.lease_owner == owner, Job.status == "running")
+    return and_(Job.id == job_id, Job.lease_owner == owner, Job.status == JobStatus.RUNNING)
 
 
 def renew_lease(session: Session, job_id: int, owner: str, lease_s: float) -> bool:
@@ -273,7 +274,11 @@ def finish_job(session: Session, job_id: int, owner: str) -> bool:
         update(Job)
         .where(_owned(job_id, owner))  # type: ignore[arg-type]
         .values(
-            status="done", lease_owner=None, lease_expires_at=None, updated_at=now, finished_at=now
+            status=JobStatus.DONE,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+            finished_at=now,
         )
         .execution_options(synchronize_session=False)
     )
@@ -289,7 +294,7 @@ def fail_job(
     Returns the new status, or None if the lease was lost meanwhile.
     """
     job = session.get(Job, job_id, populate_existing=True)
-    if job is None or job.lease_owner != owner or job.status != "running":
+    if job is None or job.lease_owner != owner or job.status != JobStatus.RUNNING:
         return None
     now = utcnow()
     job.last_error = error[:2000]
@@ -297,10 +302,10 @@ def fail_job(
     job.lease_expires_at = None
     job.updated_at = now
     if not retry or job.attempts >= job.max_attempts:
-        job.status = "failed"
+        job.status = JobStatus.FAILED
         job.finished_at = now
     else:
-        job.status = "queued"
+        job.status = JobStatus.QUEUED
     session.flush()
     return job.status
 
@@ -312,7 +317,7 @@ def release_job(session: Session, job_id: int, owner: str) -> bool:
         update(Job)
         .where(_owned(job_id, owner))  # type: ignore[arg-type]
         .values(
-            status="queued",
+            status=JobStatus.QUEUED,
             lease_owner=None,
             lease_expires_at=None,
             attempts=Job.attempts - 1,
@@ -329,12 +334,12 @@ def expire_exhausted(session: Session) -> int:
     result = session.execute(
         update(Job)
         .where(
-            Job.status == "running",
+            Job.status == JobStatus.RUNNING,
             Job.lease_expires_at < now,
             Job.attempts >= Job.max_attempts,
         )
         .values(
-            status="failed",
+            status=JobStatus.FAILED,
             last_error="lease expired on the last attempt (worker died or hung)",
             lease_owner=None,
             lease_expires_at=None,

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.queries import Aggregate, Figure
+from operator_db.estimate.roofline import Peaks
 
 TimingChoice = Literal["eager", "graph"]
 AggregateChoice = Aggregate
@@ -43,15 +44,6 @@ CONFIG_COLUMNS = [
     "time_share",
     "flags",
 ]
-
-
-@dataclass(frozen=True)
-class Peaks:
-    """A device's peaks for the roofline: FLOP/s for the model's dtype and memory bandwidth."""
-
-    flops_per_s: float
-    bytes_per_s: float
-    source: str = "spec"
 
 
 @dataclass
@@ -201,7 +193,7 @@ def estimate_model(
         energy_per_call = _energy_of(m, energy)
         roof = None
         if peaks is not None and cfg.kind != "opaque":
-            roof = max((cfg.flops or 0) / peaks.flops_per_s, (cfg.bytes or 0) / peaks.bytes_per_s)
+            roof = peaks.bound_s(cfg.flops, cfg.bytes)
         records.append(
             {
                 "key": cfg.key,

@@ -1,289 +1,38 @@
-"""Device peaks: the shipped spec-sheet table, measured attainable peaks, storage and the roofline.
+"""What is known of a device kind's peaks (spec sheet and measured), and storing them.
 
-Units: FLOP/s (integer OP/s for int8) and bytes/s; FLOPs are FLOPs, never MACs. Spec figures are
-dense (a vendor's "with sparsity" figure is halved) and per chip (one GPU, one CPU socket). See
-``peaks.yaml`` for the table's conventions and docs/peaks.md for how measured peaks are taken.
-
-Storage scheme (``device_peaks``): one row per (device kind, source, dtype) for compute, with
-``dtype`` and ``flops_per_s`` set and ``bytes_per_s`` NULL; one row per (device kind, source) for
-memory bandwidth, with ``dtype`` NULL, ``bytes_per_s`` set and ``flops_per_s`` NULL. Spec rows
-are replaced as a set per kind; measured rows as a set per (kind, host).
+Spec peaks come from the database or, where none are stored, from the shipped table
+(:mod:`operator_db.estimate.chips`); measured ones from ``opdb peaks``
+(:func:`operator_db.measure.peaks.measure_peaks`). :class:`KindPeaks` holds both for a kind;
+:func:`best_peaks` and :func:`peaks_of` pick the :class:`~operator_db.estimate.roofline.Peaks` a
+roofline is drawn from. Storage goes through :mod:`operator_db.db.queries.peaks`; docs/peaks.md
+says how measured peaks are taken.
 """
 
 from __future__ import annotations
 
 import math
-import platform
-import re
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
-import torch
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind, DevicePeak
 from operator_db.db.queries import PeakFigure
-from operator_db.devices.base import Clock, Device
-from operator_db.errors import MeasurementError, SpecError
-from operator_db.measure.engine import BlockTimer
-from operator_db.measure.stats import summarize
-from operator_db.specs.io import format_error, format_loc
-
-PEAK_TABLE_PATH = Path(__file__).with_name("peaks.yaml")
-"""The shipped spec-sheet table."""
-
-Category = Literal["server_cpu", "datacenter_gpu", "consumer_gpu", "asic", "soc"]
-CATEGORIES: tuple[Category, ...] = ("server_cpu", "datacenter_gpu", "consumer_gpu", "asic", "soc")
-
-PeakDtype = Literal[
-    "float64",
-    "float32",
-    "tf32",
-    "float16",
-    "bfloat16",
-    "int8",
-    "float8_e4m3fn",
-    "float8_e4m3fnuz",
-]
-"""Dtypes a peak can be given for: torch dtype names, plus ``tf32`` (float32 matmuls on TF32 units).
-
-``float8_e4m3fn`` stands for both OCP FP8 formats and ``float8_e4m3fnuz`` for both FNUZ formats
-(each pair runs at one rate); ``int8`` figures are integer OP/s.
-"""
+from operator_db.estimate.chips import ChipPeaks, find_chip, spec_reference
+from operator_db.estimate.roofline import Peaks
+from operator_db.measure.peaks import MeasuredPeaks
 
 PeakSource = Literal["spec", "measured"]
 BANDWIDTH = "bandwidth"
 """The key of the memory-bandwidth peak in ``KindPeaks.measured_references``."""
-BoundType = Literal["memory", "compute"]
 
 # Other names of one rate class, tried in order after the dtype itself (see ``dtype_candidates``).
 _FLOAT8_FAMILY = {
     "float8_e5m2": "float8_e4m3fn",
     "float8_e5m2fnuz": "float8_e4m3fnuz",
 }
-
-
-# --- the spec-sheet table ---------------------------------------------------------------------
-
-
-class ChipPeaks(BaseModel):
-    """One chip's spec-sheet peaks (dense, per chip) and where they come from."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    name: str = Field(min_length=1)
-    """Marketing name with form factor, e.g. ``NVIDIA H100 SXM5 80GB``."""
-    aliases: list[str] = Field(default_factory=list)
-    """Device-kind names this chip is stored under (NVML name, ``cpu:<model name>``, ...)."""
-    category: Category
-    vendor: str = Field(min_length=1)
-    memory_bandwidth_bytes_per_s: PositiveFloat
-    """Peak DRAM/HBM bandwidth, bytes/s."""
-    peak_flops_per_s: dict[PeakDtype, PositiveFloat] = Field(min_length=1)
-    """Dense peak per dtype, FLOP/s (int8: OP/s)."""
-    source: str = Field(min_length=1)
-    """The vendor document (title or URL) the figures come from."""
-    notes: str = ""
-    """Clocks, form factor and any derivation (CPU: cores x clock x FLOPs/cycle/core)."""
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The name and every alias."""
-        return (self.name, *self.aliases)
-
-
-class PeakTable(BaseModel):
-    """The whole table: chips with unique names and aliases (compared case-insensitively)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    chips: list[ChipPeaks] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> PeakTable:
-        seen: dict[str, str] = {}
-        for chip in self.chips:
-            for name in dict.fromkeys(_normalize(n) for n in chip.names):
-                if name in seen:
-                    raise ValueError(f"{name!r} names both {seen[name]!r} and {chip.name!r}")
-                seen[name] = chip.name
-        return self
-
-
-def _normalize(name: str) -> str:
-    """Lower-case ``name`` and collapse its whitespace."""
-    return " ".join(name.lower().split())
-
-
-def parse_peak_table(data: object, source: str) -> list[ChipPeaks]:
-    """Validate parsed YAML as a peak table.
-
-    Raises:
-        SpecError: naming ``source`` and the path of the first problem.
-    """
-    try:
-        table = PeakTable.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-        raise SpecError(source, format_loc(first["loc"]), format_error(first) + more) from None
-    return list(table.chips)
-
-
-def load_peak_table(path: Path | None = None) -> list[ChipPeaks]:
-    """Return the chips of the table at ``path`` (default: the shipped ``peaks.yaml``).
-
-    Raises:
-        SpecError: the file is missing, not YAML, or not a valid table.
-    """
-    if path is None:
-        return list(_shipped_table())
-    return _read_table(path)
-
-
-@lru_cache(maxsize=1)
-def _shipped_table() -> tuple[ChipPeaks, ...]:
-    return tuple(_read_table(PEAK_TABLE_PATH))
-
-
-def _read_table(path: Path) -> list[ChipPeaks]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), "", f"not valid YAML: {' '.join(str(exc).split())}") from None
-    return parse_peak_table(data, str(path))
-
-
-def find_chip(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipPeaks | None:
-    """Return the chip called ``name`` (its name or an alias), or None.
-
-    Matching ignores case and repeated whitespace. Failing an exact match, a chip matches when
-    one of its names contains ``name`` as whole words, or ``name`` contains one of them
-    (``H100 PCIe``; ``cpu:Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz``), but only when exactly
-    one chip does and ``name`` has at least 3 characters. Whole words: ``NVIDIA A10`` is not
-    found in ``NVIDIA A100 80GB PCIe`` nor ``NVIDIA L4`` in ``NVIDIA L40``. ``chips`` defaults to
-    the shipped table.
-    """
-    query = _normalize(name)
-    table = load_peak_table() if chips is None else chips
-    for chip in table:
-        if any(_normalize(n) == query for n in chip.names):
-            return chip
-    if len(query) < 3:
-        return None
-    found = [
-        chip
-        for chip in table
-        if any(
-            _contains_words(known, query) or _contains_words(query, known)
-            for known in map(_normalize, chip.names)
-        )
-    ]
-    return found[0] if len(found) == 1 else None
-
-
-def _contains_words(text: str, part: str) -> bool:
-    """Say whether ``part`` occurs in ``text`` with no letter or digit glued to either end."""
-    before = r"(?<![0-9a-z])" if part[:1].isalnum() else ""
-    after = r"(?![0-9a-z])" if part[-1:].isalnum() else ""
-    return re.search(before + re.escape(part) + after, text) is not None
-
-
-def spec_peaks_for(kind_name: str) -> KindPeaks | None:
-    """Return the shipped table's peaks for a device kind (no database), or None if unknown."""
-    chip = find_chip(kind_name)
-    if chip is None:
-        return None
-    return KindPeaks(
-        kind_name=kind_name,
-        spec_flops_per_s={str(k): v for k, v in chip.peak_flops_per_s.items()},
-        spec_bytes_per_s=chip.memory_bandwidth_bytes_per_s,
-        spec_reference=spec_reference(chip),
-        spec_origin="table",
-    )
-
-
-def spec_reference(chip: ChipPeaks) -> str:
-    """Return the text stored as a spec peak's ``reference``: chip, source and notes."""
-    parts = [chip.name, chip.source] + ([chip.notes] if chip.notes else [])
-    return " | ".join(parts)
-
-
-# --- roofline ---------------------------------------------------------------------------------
-
-
-def _check_work(flops: float, nbytes: float) -> None:
-    if flops < 0 or nbytes < 0 or math.isnan(flops) or math.isnan(nbytes):
-        raise ValueError(f"flops and bytes must be >= 0, got {flops!r} and {nbytes!r}")
-
-
-def _check_peaks(peak_flops_per_s: float, peak_bytes_per_s: float) -> None:
-    if not (peak_flops_per_s > 0 and peak_bytes_per_s > 0):
-        raise ValueError(
-            f"peaks must be > 0, got {peak_flops_per_s!r} FLOP/s and {peak_bytes_per_s!r} B/s"
-        )
-
-
-def roofline_time_s(
-    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
-) -> float:
-    """Return the roofline lower bound on run time, s: max(flops / peak FLOP/s, bytes / peak B/s).
-
-    Raises:
-        ValueError: negative work or non-positive peaks.
-    """
-    _check_work(flops, nbytes)
-    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
-    return max(flops / peak_flops_per_s, nbytes / peak_bytes_per_s)
-
-
-def arithmetic_intensity(flops: float, nbytes: float) -> float:
-    """Return FLOPs per byte moved: ``inf`` when no bytes move but FLOPs run, 0 when neither.
-
-    Raises:
-        ValueError: negative work.
-    """
-    _check_work(flops, nbytes)
-    if nbytes == 0:
-        return math.inf if flops > 0 else 0.0
-    return flops / nbytes
-
-
-def ridge_point(peak_flops_per_s: float, peak_bytes_per_s: float) -> float:
-    """Return the ridge point, FLOP/byte: the intensity above which an op is compute-bound.
-
-    Raises:
-        ValueError: non-positive peaks.
-    """
-    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
-    return peak_flops_per_s / peak_bytes_per_s
-
-
-def bound_type(
-    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
-) -> BoundType:
-    """Return ``"compute"`` when the FLOP time exceeds the byte time, else ``"memory"`` (ties too).
-
-    Raises:
-        ValueError: negative work or non-positive peaks.
-    """
-    _check_work(flops, nbytes)
-    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
-    return "compute" if flops / peak_flops_per_s > nbytes / peak_bytes_per_s else "memory"
-
-
-# --- peaks of a device kind -------------------------------------------------------------------
 
 
 def dtype_candidates(dtype: str, *, allow_tf32: bool = False) -> tuple[str, ...]:
@@ -405,310 +154,41 @@ def _row(
     }
 
 
-# --- measuring attainable peaks ---------------------------------------------------------------
-
-MATMUL_DTYPES: dict[str, torch.dtype] = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "tf32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-"""Dtypes ``measure_peaks`` can measure (``tf32``: float32 with TF32 enabled, CUDA only)."""
-
-GPU_MATMUL_N = 8192
-CPU_MATMUL_N = 2048
-GPU_COPY_BYTES = 1 << 30
-CPU_COPY_BYTES = 256 << 20
-
-Run = Callable[[], object]
-_MAX_CALLS_PER_BLOCK = 1 << 16
+def peaks_of(kind: KindPeaks, dtype: str, source: PeakSource) -> Peaks | None:
+    """Return ``source``'s compute peak for ``dtype`` and bandwidth as :class:`Peaks`, if both."""
+    flops = kind.flops_per_s(dtype, prefer=source)
+    bw = kind.bytes_per_s(prefer=source)
+    if flops is None or bw is None or flops.source != source or bw.source != source:
+        return None
+    return Peaks(flops.value, bw.value, source=f"{source} {flops.dtype} peak and bandwidth")
 
 
-@dataclass(frozen=True)
-class KernelTiming:
-    """Raw timing of one peak kernel: ``len(block_s)`` blocks of ``calls_per_block`` calls."""
-
-    kernel: Literal["matmul", "copy"]
-    dtype: str | None
-    """The matmul dtype; None for the copy."""
-    size: int
-    """Matmul: n of the n x n x n product; copy: bytes of each buffer."""
-    work_per_call: int
-    """Matmul: FLOPs per call, 2 n^3; copy: bytes moved per call, 2 x size (read + write)."""
-    calls_per_block: int
-    block_s: tuple[float, ...]
-    """Raw block durations, s."""
-
-    @property
-    def rates_per_s(self) -> tuple[float, ...]:
-        """Work per second of each block: FLOP/s (matmul) or bytes/s (copy)."""
-        return tuple(self.work_per_call * self.calls_per_block / b for b in self.block_s)
-
-    @property
-    def best_per_s(self) -> float:
-        """The best block's rate: the attainable peak."""
-        return max(self.rates_per_s)
-
-    @property
-    def median_per_s(self) -> float:
-        """The median block rate."""
-        return summarize(self.rates_per_s).median
-
-    def describe(self) -> str:
-        """Return a one-line description (stored as the measured peak's ``reference``)."""
-        unit = "FLOP/s" if self.kernel == "matmul" else "B/s"
-        what = (
-            f"matmul {self.dtype} n={self.size}"
-            if self.kernel == "matmul"
-            else f"copy_ of {self.size} B (2x counted)"
-        )
-        return (
-            f"{what}: best of {len(self.block_s)} blocks x {self.calls_per_block} calls; "
-            f"median {self.median_per_s:.4g} {unit}"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return the raw samples and derived rates, JSON-ready."""
-        return {
-            "kernel": self.kernel,
-            "dtype": self.dtype,
-            "size": self.size,
-            "work_per_call": self.work_per_call,
-            "calls_per_block": self.calls_per_block,
-            "block_s": list(self.block_s),
-            "best_per_s": self.best_per_s,
-            "median_per_s": self.median_per_s,
-        }
+def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
+    """Measured peaks if both are known, else spec-sheet ones, else a mix, else None."""
+    sources: tuple[PeakSource, ...] = ("measured", "spec")
+    for source in sources:
+        found = peaks_of(kind, dtype, source)
+        if found is not None:
+            return found
+    flops = kind.flops_per_s(dtype)
+    bw = kind.bytes_per_s()
+    if flops is None or bw is None:
+        return None
+    return Peaks(flops.value, bw.value, source=f"{flops.source} FLOP/s, {bw.source} bandwidth")
 
 
-@dataclass(frozen=True)
-class MeasuredPeaks:
-    """Attainable peaks of one device: a matmul per dtype, a copy for bandwidth, with raw blocks."""
-
-    kind_name: str
-    device_type: str
-    """``gpu``, ``cpu`` or ``fake``: the device kind's type."""
-    matmul: Mapping[str, KernelTiming]
-    copy: KernelTiming | None
-    skipped: Mapping[str, str] = field(default_factory=dict)
-    """Dtypes not measured, with the reason."""
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def flops_per_s(self) -> dict[str, float]:
-        """Best FLOP/s per measured dtype."""
-        return {dtype: t.best_per_s for dtype, t in self.matmul.items()}
-
-    @property
-    def bytes_per_s(self) -> float | None:
-        """Best copy bandwidth, bytes/s (bytes read + bytes written per second)."""
-        return self.copy.best_per_s if self.copy is not None else None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Return everything, JSON-ready."""
-        return {
-            "kind_name": self.kind_name,
-            "device_type": self.device_type,
-            "matmul": {dtype: t.as_dict() for dtype, t in self.matmul.items()},
-            "copy": self.copy.as_dict() if self.copy is not None else None,
-            "skipped": dict(self.skipped),
-            "provenance": self.provenance,
-        }
-
-
-@contextmanager
-def _float32_matmul_precision(precision: str) -> Iterator[None]:
-    """Set ``torch.set_float32_matmul_precision`` for the block, then restore it."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
-
-
-def _time_kernel(
-    run: Run, timer: BlockTimer, *, min_time_s: float, repeats: int
-) -> tuple[int, tuple[float, ...]]:
-    """Warm up for a quarter of ``min_time_s``, then time ``repeats`` blocks filling it.
-
-    Returns (calls per block, block durations in s).
-
-    Raises:
-        MeasurementError: the clock did not advance over a block.
-    """
-    warmup_s = min_time_s / 4
-    spent = 0.0
-    calls = 0
-    per_call = 0.0
-    batch = 1
-    while calls < 2 or spent < warmup_s:
-        elapsed = timer.block_s(run, batch)
-        if elapsed <= 0:
-            raise MeasurementError(f"{batch} calls took no measurable time; is the clock moving?")
-        per_call = elapsed / batch
-        spent += elapsed
-        calls += batch
-        batch = min(batch * 2, _MAX_CALLS_PER_BLOCK)
-    per_block = min(_MAX_CALLS_PER_BLOCK, max(1, math.ceil(min_time_s / repeats / per_call)))
-    blocks = tuple(timer.block_s(run, per_block) for _ in range(repeats))
-    if min(blocks) <= 0:
-        raise MeasurementError(f"{per_block} calls took no measurable time; is the clock moving?")
-    return per_block, blocks
-
-
-def _probe_matmul(
-    dtype: str, n: int, dev: torch.device, timer: BlockTimer, max_call_s: float
-) -> str | None:
-    """Return why a dtype's n x n matmul should be skipped (too slow, unsupported), or None.
-
-    Times growing square matmuls from n=128 and extrapolates by n^3 (small sizes run less
-    efficiently, so the estimate errs towards slow); stops when the estimate fits ``max_call_s``.
-    """
-    size = min(n, 128)
-    while True:
-        try:
-            a, b, c = _matmul_operands(size, MATMUL_DTYPES[dtype], dev)
-            run = _matmul_run(a, b, c)
-            timer.block_s(run, 1)
-            t = min(timer.block_s(run, 1), timer.block_s(run, 1))
-        except (RuntimeError, NotImplementedError) as exc:
-            return f"{dtype} matmul failed on {dev.type}: {' '.join(str(exc).split())[:200]}"
-        estimate_s = t * (n / size) ** 3
-        if estimate_s <= max_call_s:
-            return None
-        if size >= n or t * 8 > max_call_s:
-            rate = 2 * size**3 / t if t > 0 else math.inf
-            return (
-                f"{dtype} matmul too slow on {dev.type}: ~{estimate_s:.3g} s per call at n={n} "
-                f"({rate:.3g} FLOP/s at n={size}); pass a smaller matmul_n to measure it"
-            )
-        size = min(n, size * 2)
-
-
-def _matmul_operands(
-    n: int, dtype: torch.dtype, dev: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    a = torch.randn(n, n, dtype=dtype, device=dev)
-    b = torch.randn(n, n, dtype=dtype, device=dev)
-    return a, b, torch.empty(n, n, dtype=dtype, device=dev)
-
-
-def _matmul_run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Run:
-    def run() -> object:
-        return torch.matmul(a, b, out=c)
-
-    return run
-
-
-def measure_peaks(
-    device: Device,
-    *,
-    dtypes: Sequence[str] = ("float32", "float16", "bfloat16"),
-    matmul_n: int | None = None,
-    copy_bytes: int | None = None,
-    min_time_s: float = 0.5,
-    repeats: int = 5,
-    max_call_s: float = 1.0,
-    clock: Clock = time.perf_counter_ns,
-) -> MeasuredPeaks:
-    """Measure the attainable compute and bandwidth peaks of ``device``.
-
-    Compute: an n x n by n x n ``torch.matmul`` into a preallocated output per dtype, counted as
-    2 n^3 FLOPs per call (n: ``matmul_n``, default 8192 on a GPU, 2048 elsewhere). ``float32``
-    runs in IEEE FP32 (``float32_matmul_precision("highest")``); ``tf32`` with TF32 enabled (CUDA
-    only). A dtype whose call would take longer than ``max_call_s`` s (float16 on most CPUs), or
-    that fails, is skipped with the reason in ``skipped``. Bandwidth: ``dst.copy_(src)`` of two
-    ``copy_bytes`` buffers (default 1 GiB on a GPU, 256 MiB elsewhere), counted as 2 x
-    ``copy_bytes`` per call (read + write).
-
-    Each kernel is warmed up for ``min_time_s / 4``, then timed as ``repeats`` blocks filling
-    ``min_time_s`` together (CUDA events on a GPU; ``clock``, in ns, around ``synchronize()``
-    elsewhere). The best block is the attainable peak; the raw blocks and the median are kept.
-
-    Raises:
-        ValueError: an unknown dtype or a non-positive size, time or count.
-        MeasurementError: the device ran out of memory for the buffers.
-    """
-    unknown = [d for d in dtypes if d not in MATMUL_DTYPES]
-    if unknown:
-        raise ValueError(f"cannot measure {unknown}; measurable: {sorted(MATMUL_DTYPES)}")
-    if min_time_s <= 0 or max_call_s <= 0 or repeats < 1:
-        raise ValueError("min_time_s and max_call_s must be > 0 and repeats >= 1")
-    dev = device.torch_device()
-    cuda = dev.type == "cuda"
-    n = matmul_n if matmul_n is not None else (GPU_MATMUL_N if cuda else CPU_MATMUL_N)
-    nbytes = copy_bytes if copy_bytes is not None else (GPU_COPY_BYTES if cuda else CPU_COPY_BYTES)
-    if n < 1 or nbytes < 1:
-        raise ValueError(f"matmul_n and copy_bytes must be >= 1, got {n} and {nbytes}")
-    timer = BlockTimer(device, clock)
-    identity = device.identity()
-    matmul: dict[str, KernelTiming] = {}
-    skipped: dict[str, str] = {}
-    with torch.cuda.device(dev) if cuda else nullcontext():
-        for dtype in dict.fromkeys(dtypes):
-            if dtype == "tf32" and not cuda:
-                skipped[dtype] = f"tf32 is a CUDA Tensor Core mode; not measured on {dev.type}"
-                continue
-            with _float32_matmul_precision("high" if dtype == "tf32" else "highest"):
-                reason = _probe_matmul(dtype, n, dev, timer, max_call_s)
-                if reason is not None:
-                    skipped[dtype] = reason
-                    continue
-                matmul[dtype] = _measure_matmul(dtype, n, dev, timer, min_time_s, repeats)
-        copy = _measure_copy(nbytes, dev, timer, min_time_s, repeats)
-    return MeasuredPeaks(
-        kind_name=identity.name,
-        device_type=identity.kind,
-        matmul=matmul,
-        copy=copy,
-        skipped=skipped,
-        provenance={
-            "device": identity.as_dict(),
-            "torch_device": str(dev),
-            "timer": "cuda_events" if cuda else "host_clock",
-            "torch_version": torch.__version__,
-            "cuda_version": torch.version.cuda,
-            "torch_threads": torch.get_num_threads(),
-            "platform": platform.platform(),
-            "min_time_s": min_time_s,
-            "repeats": repeats,
-        },
+def spec_peaks_for(kind_name: str) -> KindPeaks | None:
+    """Return the shipped table's peaks for a device kind (no database), or None if unknown."""
+    chip = find_chip(kind_name)
+    if chip is None:
+        return None
+    return KindPeaks(
+        kind_name=kind_name,
+        spec_flops_per_s={str(k): v for k, v in chip.peak_flops_per_s.items()},
+        spec_bytes_per_s=chip.memory_bandwidth_bytes_per_s,
+        spec_reference=spec_reference(chip),
+        spec_origin="table",
     )
-
-
-def _measure_matmul(
-    dtype: str, n: int, dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
-) -> KernelTiming:
-    try:
-        a, b, c = _matmul_operands(n, MATMUL_DTYPES[dtype], dev)
-    except torch.OutOfMemoryError as exc:
-        raise MeasurementError(f"out of memory for three {n}x{n} {dtype} matrices") from exc
-    calls, blocks = _time_kernel(
-        _matmul_run(a, b, c), timer, min_time_s=min_time_s, repeats=repeats
-    )
-    return KernelTiming("matmul", dtype, n, 2 * n**3, calls, blocks)
-
-
-def _measure_copy(
-    nbytes: int, dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
-) -> KernelTiming:
-    try:
-        # ones, not empty: untouched pages would be read as the shared zero page on a CPU.
-        src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
-        dst = torch.empty_like(src)
-    except torch.OutOfMemoryError as exc:
-        raise MeasurementError(f"out of memory for two {nbytes}-byte copy buffers") from exc
-
-    def run() -> object:
-        return dst.copy_(src)
-
-    calls, blocks = _time_kernel(run, timer, min_time_s=min_time_s, repeats=repeats)
-    return KernelTiming("copy", None, nbytes, 2 * nbytes, calls, blocks)
-
-
-# --- storing and reading peaks ----------------------------------------------------------------
 
 
 def _kind(session: Session, device_kind: str | DeviceKind, type_: str | None) -> DeviceKind:

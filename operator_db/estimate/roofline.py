@@ -1,22 +1,29 @@
-"""The roofline of a model on a device kind: per-configuration bounds, and the plot.
+"""The roofline: one bound for every caller, the table of a model against it, and the plot.
 
 The roofline bound of a configuration is max(FLOPs / peak FLOP/s, bytes / peak bandwidth)
-(METHODOLOGY §5): no implementation can beat it. Achieved FLOP/s is FLOPs / measured time;
-arithmetic intensity is FLOPs / compulsory bytes.
+(METHODOLOGY §5): no implementation can beat it. :func:`roofline_time_s` is that formula and
+:class:`Peaks` the roof it is drawn from; composition, significance ranking, the table and the
+plot all use them. Achieved FLOP/s is FLOPs / measured time; arithmetic intensity is FLOPs /
+compulsory bytes.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from operator_db.errors import ConfigurationError, OperatorDBError
-from operator_db.estimate.compose import Estimate, Peaks
-from operator_db.estimate.peaks import ChipPeaks, KindPeaks, PeakSource, find_chip
+from operator_db.estimate.chips import ChipPeaks, find_chip
+
+if TYPE_CHECKING:
+    from operator_db.estimate.compose import Estimate
+
+BoundType = Literal["memory", "compute"]
 
 ROOFLINE_COLUMNS = [
     "op",
@@ -35,33 +42,93 @@ ROOFLINE_COLUMNS = [
 ]
 
 
-def peaks_of(kind: KindPeaks, dtype: str, source: PeakSource) -> Peaks | None:
-    """Return ``source``'s compute peak for ``dtype`` and bandwidth as :class:`Peaks`, if both."""
-    flops = kind.flops_per_s(dtype, prefer=source)
-    bw = kind.bytes_per_s(prefer=source)
-    if flops is None or bw is None or flops.source != source or bw.source != source:
-        return None
-    return Peaks(flops.value, bw.value, source=f"{source} {flops.dtype} peak and bandwidth")
+def _check_work(flops: float, nbytes: float) -> None:
+    if flops < 0 or nbytes < 0 or math.isnan(flops) or math.isnan(nbytes):
+        raise ValueError(f"flops and bytes must be >= 0, got {flops!r} and {nbytes!r}")
 
 
-def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
-    """Measured peaks if both are known, else spec-sheet ones, else a mix, else None."""
-    sources: tuple[PeakSource, ...] = ("measured", "spec")
-    for source in sources:
-        found = peaks_of(kind, dtype, source)
-        if found is not None:
-            return found
-    flops = kind.flops_per_s(dtype)
-    bw = kind.bytes_per_s()
-    if flops is None or bw is None:
-        return None
-    return Peaks(flops.value, bw.value, source=f"{flops.source} FLOP/s, {bw.source} bandwidth")
+def _check_peaks(peak_flops_per_s: float, peak_bytes_per_s: float) -> None:
+    if not (peak_flops_per_s > 0 and peak_bytes_per_s > 0):
+        raise ValueError(
+            f"peaks must be > 0, got {peak_flops_per_s!r} FLOP/s and {peak_bytes_per_s!r} B/s"
+        )
 
 
-def _bound(flops: float, nbytes: float, peaks: Peaks | None) -> float | None:
-    if peaks is None:
-        return None
-    return max(flops / peaks.flops_per_s, nbytes / peaks.bytes_per_s)
+def roofline_time_s(
+    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
+) -> float:
+    """Return the roofline lower bound on run time, s: max(flops / peak FLOP/s, bytes / peak B/s).
+
+    Raises:
+        ValueError: negative work or non-positive peaks.
+    """
+    _check_work(flops, nbytes)
+    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
+    return max(flops / peak_flops_per_s, nbytes / peak_bytes_per_s)
+
+
+def arithmetic_intensity(flops: float, nbytes: float) -> float:
+    """Return FLOPs per byte moved: ``inf`` when no bytes move but FLOPs run, 0 when neither.
+
+    Raises:
+        ValueError: negative work.
+    """
+    _check_work(flops, nbytes)
+    if nbytes == 0:
+        return math.inf if flops > 0 else 0.0
+    return flops / nbytes
+
+
+def ridge_point(peak_flops_per_s: float, peak_bytes_per_s: float) -> float:
+    """Return the ridge point, FLOP/byte: the intensity above which an op is compute-bound.
+
+    Raises:
+        ValueError: non-positive peaks.
+    """
+    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
+    return peak_flops_per_s / peak_bytes_per_s
+
+
+def bound_type(
+    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
+) -> BoundType:
+    """Return ``"compute"`` when the FLOP time exceeds the byte time, else ``"memory"`` (ties too).
+
+    Raises:
+        ValueError: negative work or non-positive peaks.
+    """
+    _check_work(flops, nbytes)
+    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
+    return "compute" if flops / peak_flops_per_s > nbytes / peak_bytes_per_s else "memory"
+
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The roof of a device for one dtype: its compute peak and its memory bandwidth."""
+
+    flops_per_s: float
+    """Peak FLOP/s (int8: OP/s) for the dtype."""
+    bytes_per_s: float
+    """Peak memory bandwidth, bytes/s."""
+    source: str = "spec"
+    """Where the two figures come from (spec sheet, measured, or a mix), for display."""
+
+    def bound_s(self, flops: float | None, nbytes: float | None) -> float:
+        """Return the roofline bound of ``flops`` FLOPs moving ``nbytes`` bytes, in s (None: 0).
+
+        Raises:
+            ValueError: negative work or non-positive peaks.
+        """
+        return roofline_time_s(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+
+    def bound_type(self, flops: float | None, nbytes: float | None) -> BoundType:
+        """Return which roof limits the work: ``compute`` or ``memory`` (ties too; None: 0)."""
+        return bound_type(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+
+    def attainable_flops_per_s(self, intensity: float) -> float:
+        """Return the roof at ``intensity`` FLOP/byte: min(peak FLOP/s, intensity × bandwidth)."""
+        return min(self.flops_per_s, intensity * self.bytes_per_s)
 
 
 def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) -> pd.DataFrame:
@@ -77,14 +144,8 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
         flops = float(r.flops or 0)
         nbytes = float(r.bytes or 0)
         t = r.time_per_call_s if r.measured else None
-        bound_ref = _bound(flops, nbytes, reference)
-        kind = None
-        if reference is not None:
-            kind = (
-                "compute"
-                if flops / reference.flops_per_s > nbytes / reference.bytes_per_s
-                else "memory"
-            )
+        bound_ref = None if reference is None else reference.bound_s(flops, nbytes)
+        bound = None if reference is None else reference.bound_type(flops, nbytes)
         rows.append(
             {
                 "op": r.op,
@@ -92,12 +153,14 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
                 "count": r.count,
                 "flops": flops,
                 "bytes": nbytes,
-                "intensity": flops / nbytes if nbytes else math.inf,
+                "intensity": arithmetic_intensity(flops, nbytes),
                 "time_per_call_s": t,
                 "achieved_flops_per_s": flops / t if t else None,
-                "roofline_spec_s": _bound(flops, nbytes, spec),
-                "roofline_measured_s": _bound(flops, nbytes, measured),
-                "bound": kind,
+                "roofline_spec_s": None if spec is None else spec.bound_s(flops, nbytes),
+                "roofline_measured_s": (
+                    None if measured is None else measured.bound_s(flops, nbytes)
+                ),
+                "bound": bound,
                 "efficiency": bound_ref / t if t and bound_ref is not None else None,
                 "time_share": r.time_share,
             }
@@ -115,7 +178,7 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
             "count": 1,
             "flops": total_flops,
             "bytes": total_bytes,
-            "intensity": total_flops / total_bytes if total_bytes else math.inf,
+            "intensity": arithmetic_intensity(total_flops, total_bytes),
             "time_per_call_s": model_time,
             "achieved_flops_per_s": total_flops / model_time if model_time else None,
             "roofline_spec_s": spec_total,
@@ -129,7 +192,7 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
 
 
 def _roof(ax: Any, peaks: Peaks, xs: Sequence[float], **style: Any) -> None:
-    ys = [min(peaks.flops_per_s, x * peaks.bytes_per_s) for x in xs]
+    ys = [peaks.attainable_flops_per_s(x) for x in xs]
     ax.plot(xs, ys, **style)
 
 

@@ -14,9 +14,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries, queue
-from operator_db.estimate.compose import Peaks
-from operator_db.estimate.peaks import peaks_for_kind
-from operator_db.estimate.roofline import best_peaks
+from operator_db.estimate.peaks import best_peaks, peaks_for_kind
+from operator_db.estimate.roofline import Peaks
 
 GENERIC_PEAKS = Peaks(flops_per_s=1e12, bytes_per_s=1e11, source="generic (no peaks known)")
 """Stand-in peaks (1 TFLOP/s, 100 GB/s) to rank configurations on a kind with no known peaks."""
@@ -64,9 +63,7 @@ def significant_configs(
         cfg, count = mc.config, mc.count
         per_call = measured.get(cfg.id)
         if per_call is None:
-            per_call = max(
-                (cfg.flops or 0) / peaks.flops_per_s, (cfg.bytes or 0) / peaks.bytes_per_s
-            )
+            per_call = peaks.bound_s(cfg.flops, cfg.bytes)
         items.append((cfg, count * per_call, cfg.id in measured))
     total = sum(t for _, t, _ in items) or 1.0
     items.sort(key=lambda item: -item[1])

@@ -11,12 +11,11 @@ from integrated power samples. Every statistic is derived from the raw samples k
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -24,31 +23,20 @@ from operator_db.devices.base import Clock, Device, Sleep
 from operator_db.devices.power import EnergyWindow, EnergyWindowResult
 from operator_db.errors import DeviceError, MeasurementError
 from operator_db.measure.allocator import allocator_state
+from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.stats import Summary, summarize
-
-Call = Callable[[], object]
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Per-call times of one timing method, from ``len(block_s)`` blocks."""
-
-    method: Literal["eager", "graph"]
-    calls_per_block: int
-    block_s: tuple[float, ...]
-    """Raw block durations in seconds."""
-    flags: tuple[str, ...] = ()
-
-    @property
-    def per_call_s(self) -> tuple[float, ...]:
-        """Per-call time of each block, in seconds."""
-        return tuple(b / self.calls_per_block for b in self.block_s)
-
-    @property
-    def summary(self) -> Summary:
-        """Statistics of the per-call times, in seconds."""
-        return summarize(self.per_call_s)
+from operator_db.measure.timing import (
+    BlockTimer,
+    Call,
+    Timing,
+    calls_for,
+    flagged,
+    interleaved_calls,
+    time_blocks,
+    time_cuda_graph,
+    warm_up_for,
+)
 
 
 @dataclass(frozen=True)
@@ -86,8 +74,14 @@ class MeasureResult:
     trials: tuple[EnergyTrial, ...]
     energy_unavailable: str | None
     idle_power_w: float | None
-    flags: tuple[str, ...]
+    flags: tuple[Flag, ...]
     provenance: dict[str, Any] = field(default_factory=dict)
+    target: str = ""
+    """What was measured: the :attr:`Target.name` of an interleaved measurement ("" alone)."""
+    cache_mode: str = "warm"
+    """How inputs were held between calls (METHODOLOGY §3): ``warm``, reused."""
+    threads: int | None = None
+    """torch's intra-op threads while measuring."""
 
     @property
     def eager(self) -> Timing:
@@ -134,7 +128,7 @@ class MeasureResult:
                     "method": t.method,
                     "calls_per_block": t.calls_per_block,
                     "block_s": list(t.block_s),
-                    "flags": list(t.flags),
+                    "flags": [str(f) for f in t.flags],
                 }
                 for t in self.timings
             ],
@@ -151,131 +145,6 @@ class MeasureResult:
             ],
             "idle_power_w": self.idle_power_w,
         }
-
-
-def _cuda_event() -> torch.cuda.Event:
-    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-
-
-class BlockTimer:
-    """Times blocks of calls (s): CUDA events on a GPU, a host clock and synchronize elsewhere."""
-
-    def __init__(self, device: Device, clock: Clock) -> None:
-        self.device = device
-        self.clock = clock
-        self.cuda = device.torch_device().type == "cuda"
-
-    def block_s(self, run: Call, calls: int) -> float:
-        """Run ``calls`` calls back to back; return their duration in seconds."""
-        if self.cuda:
-            start = _cuda_event()
-            end = _cuda_event()
-            start.record()
-            for _ in range(calls):
-                run()
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end)) / 1000
-        self.device.synchronize()
-        t0 = self.clock()
-        for _ in range(calls):
-            run()
-        self.device.synchronize()
-        return (self.clock() - t0) / 1e9
-
-
-def warm_up(run: Call, timer: BlockTimer, settings: MeasureSettings) -> float:
-    """Run until ``warmup_s`` and ``warmup_min_calls`` are reached; return the last per-call s."""
-    calls = 0
-    spent = 0.0
-    per_call = 0.0
-    batch = 1
-    while calls < settings.warmup_min_calls or spent < settings.warmup_s:
-        elapsed = timer.block_s(run, batch)
-        per_call = elapsed / batch
-        spent += elapsed
-        calls += batch
-        batch = min(batch * 2, settings.max_calls_per_block)
-    return per_call
-
-
-def calls_for(duration_s: float, per_call_s: float, minimum: int, maximum: int) -> int:
-    """Return how many calls of ``per_call_s`` seconds fill ``duration_s`` (within the bounds)."""
-    if per_call_s <= 0:
-        return maximum
-    return max(minimum, min(maximum, math.ceil(duration_s / per_call_s)))
-
-
-def time_blocks(
-    run: Call,
-    timer: BlockTimer,
-    settings: MeasureSettings,
-    per_call_s: float,
-    min_time_s: float = 0.0,
-) -> Timing:
-    """Time ``blocks`` blocks (more, up to ``max_blocks``, to last ``min_time_s`` seconds).
-
-    Re-time while IQR/median exceeds the unstable ratio (a few times); keep the steadiest attempt.
-    """
-    calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
-    count = settings.blocks
-    if min_time_s > 0 and per_call_s > 0:
-        count = max(count, min(settings.max_blocks, math.ceil(min_time_s / (calls * per_call_s))))
-    best: Timing | None = None
-    for _attempt in range(settings.retries_when_unstable + 1):
-        blocks = tuple(timer.block_s(run, calls) for _ in range(count))
-        timing = Timing("eager", calls, blocks)
-        if best is None or timing.summary.iqr_ratio < best.summary.iqr_ratio:
-            best = timing
-        if timing.summary.iqr_ratio <= settings.unstable_iqr_ratio:
-            break
-    assert best is not None
-    return _flagged(best, settings)
-
-
-def _flagged(timing: Timing, settings: MeasureSettings) -> Timing:
-    """Return ``timing`` flagged 'unstable' or 'noisy' by the IQR/median of its per-call times."""
-    ratio = timing.summary.iqr_ratio
-    if ratio > settings.unstable_iqr_ratio:
-        flags: tuple[str, ...] = ("unstable",)
-    elif ratio > settings.noisy_iqr_ratio:
-        flags = ("noisy",)
-    else:
-        flags = ()
-    return dataclasses.replace(timing, flags=flags)
-
-
-def time_cuda_graph(run: Call, settings: MeasureSettings, per_call_s: float) -> Timing:
-    """Time ``graph_unroll`` calls captured as one CUDA graph (launch gaps removed).
-
-    Raises:
-        MeasurementError: the op cannot be captured (data-dependent shapes, host syncs, ...).
-    """
-    try:
-        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                run()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(settings.graph_unroll):
-                run()
-    except Exception as exc:  # noqa: BLE001 - any capture failure means "no graph timing"
-        raise MeasurementError(f"CUDA graph capture failed: {str(exc).splitlines()[0]}") from None
-    replays = calls_for(settings.block_min_s, per_call_s * settings.graph_unroll, 1, 10_000)
-    blocks = []
-    for _ in range(settings.blocks):
-        start = _cuda_event()
-        end = _cuda_event()
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        blocks.append(float(start.elapsed_time(end)) / 1000)
-    return _flagged(Timing("graph", replays * settings.graph_unroll, tuple(blocks)), settings)
 
 
 def _telemetry(device: Device) -> tuple[dict[str, Any], bool, bool]:
@@ -375,35 +244,34 @@ def measure(
     """
     timer = BlockTimer(device, clock)
     rng = random.Random(settings.seed)
-    per_call = warm_up(run, timer, settings)
+    per_call = warm_up_for(run, timer, settings)
     eager = time_blocks(run, timer, settings, per_call, min_time_s)
     return _complete(run, eager, timer, settings, idle_power, rng, sleep, clock)
 
 
-def interleaved_calls(per_call_s: float, min_time_s: float, settings: MeasureSettings) -> int:
-    """Return the calls per block of one target of an interleaved measurement.
+@dataclass(frozen=True)
+class Target:
+    """One callable an interleaved measurement times, and what it is."""
 
-    A block lasts at least ``block_min_s``; a target with a ``min_time_s`` (a whole model) gets
-    longer blocks instead of more of them, so every target has ``blocks`` blocks, one per round.
-    """
-    calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
-    if min_time_s > 0 and per_call_s > 0:
-        calls = max(calls, math.ceil(round(min_time_s / (settings.blocks * per_call_s), 9)))
-    return min(calls, settings.max_calls_per_block)
+    name: str
+    """Its identity (a configuration key, ``model``, ``hollow``); its result carries it back."""
+    run: Call
+    min_time_s: float = 0.0
+    """Time the target for at least this many seconds in all (whole models)."""
+    energy: bool = True
+    """Run energy trials after the rounds (False: timed only)."""
 
 
 def measure_interleaved(
-    runs: Sequence[Call],
+    targets: Sequence[Target],
     device: Device,
     settings: MeasureSettings,
     *,
-    min_time_s: Sequence[float] | None = None,
-    energy: Sequence[bool] | None = None,
     idle_power: float | None = None,
     clock: Clock = time.perf_counter_ns,
     sleep: Sleep = time.sleep,
 ) -> list[MeasureResult]:
-    """Measure several calls with their timing blocks interleaved (one result per call, in order).
+    """Measure several targets with their timing blocks interleaved; one result per target.
 
     Each target is warmed up; then ``blocks`` rounds each time one block of every target (after
     one untimed call of it), in a seeded random order per round. A slow drift of the machine's
@@ -412,44 +280,47 @@ def measure_interleaved(
     compared at the same moments.
     Unstable timings are flagged, not re-timed (re-timing one target alone would break the
     interleave). CUDA-graph timing and energy trials follow per target, as in :func:`measure`;
-    ``energy`` turns the trials off for some targets (those timed only).
+    a target's ``energy`` turns its trials off. Each result's ``target`` is its target's name.
 
     Raises:
+        ValueError: two targets share a name.
         MeasurementError: a call failed, or produced no usable timing.
         DeviceError: the device failed while reading energy.
     """
-    if not runs:
+    if len({t.name for t in targets}) != len(targets):
+        raise ValueError("interleaved targets need distinct names")
+    if not targets:
         return []
-    mins = list(min_time_s) if min_time_s is not None else [0.0] * len(runs)
-    wants_energy = list(energy) if energy is not None else [True] * len(runs)
-    if len(mins) != len(runs) or len(wants_energy) != len(runs):
-        raise ValueError("min_time_s and energy need one value per call")
     timer = BlockTimer(device, clock)
     rng = random.Random(settings.seed)
-    per_call = [warm_up(run, timer, settings) for run in runs]
-    calls = [interleaved_calls(p, m, settings) for p, m in zip(per_call, mins, strict=True)]
-    blocks: list[list[float]] = [[] for _ in runs]
-    order = list(range(len(runs)))
+    per_call = [warm_up_for(t.run, timer, settings) for t in targets]
+    calls = [
+        interleaved_calls(p, t.min_time_s, settings)
+        for p, t in zip(per_call, targets, strict=True)
+    ]
+    blocks: list[list[float]] = [[] for _ in targets]
+    order = list(range(len(targets)))
     for _round in range(settings.blocks):
         rng.shuffle(order)
         for i in order:
             # One untimed call first: the last target left its own caches, branch predictors and
             # allocator state behind, which would otherwise weigh on blocks of few calls (a
             # model's) more than on blocks of many (a small op's).
-            runs[i]()
-            blocks[i].append(timer.block_s(runs[i], calls[i]))
+            targets[i].run()
+            blocks[i].append(timer.block_s(targets[i].run, calls[i]))
     results = []
-    for i, run in enumerate(runs):
-        eager = _flagged(Timing("eager", calls[i], tuple(blocks[i])), settings)
-        own = settings if wants_energy[i] else settings.model_copy(update={"energy": False})
-        result = _complete(run, eager, timer, own, idle_power, rng, sleep, clock)
+    for i, target in enumerate(targets):
+        eager = flagged(Timing("eager", calls[i], tuple(blocks[i])), settings)
+        own = settings if target.energy else settings.model_copy(update={"energy": False})
+        result = _complete(target.run, eager, timer, own, idle_power, rng, sleep, clock)
         results.append(
             dataclasses.replace(
                 result,
-                flags=(*result.flags, "interleaved"),
+                target=target.name,
+                flags=(*result.flags, Flag.INTERLEAVED),
                 provenance={
                     **result.provenance,
-                    "interleaved": {"targets": len(runs), "rounds": settings.blocks},
+                    "interleaved": {"targets": len(targets), "rounds": settings.blocks},
                 },
             )
         )
@@ -471,35 +342,44 @@ def _complete(
     per_call = eager.summary.median
     timings = [eager]
     flags = list(eager.flags)
+    notes: dict[str, Any] = {}
     if timer.cuda and per_call < settings.cuda_graph_below_s:
         try:
             timings.append(time_cuda_graph(run, settings, per_call))
         except MeasurementError as exc:
-            flags.append("graph_unavailable")
-            flags.append(str(exc))
+            flags.append(Flag.GRAPH_UNAVAILABLE)
+            notes[Flag.GRAPH_UNAVAILABLE.value] = str(exc)
     reason = energy_unavailable(device) if settings.energy else "energy measurement disabled"
     trials: list[EnergyTrial] = []
     if reason is None:
         trials = energy_trials(run, device, settings, per_call, sleep=sleep, rng=rng, clock=clock)
         if any(t.throttled for t in trials):
-            flags.append("throttled")
+            flags.append(Flag.THROTTLED)
         if any(t.power_capped for t in trials):
-            flags.append("power_capped")
+            flags.append(Flag.POWER_CAPPED)
         result_disagreement = [
             d
             for t in trials
             if (d := t.window.disagreement) is not None and t.window.duration_s >= 1.0
         ]
         if any(abs(d) > settings.disagreement_limit for d in result_disagreement):
-            flags.append("energy_disagreement")
+            flags.append(Flag.ENERGY_DISAGREEMENT)
         energies = [e for t in trials if (e := t.energy_per_call_j) is not None]
         if len(energies) > 1 and summarize(energies).iqr_ratio > settings.noisy_iqr_ratio:
-            flags.append("energy_noisy")
+            flags.append(Flag.ENERGY_NOISY)
     provenance = {
         **device.provenance(),
         "allocator": allocator_state(),
         "settings": settings.model_dump(),
+        **notes,
     }
     return MeasureResult(
-        tuple(timings), tuple(trials), reason, idle_power, tuple(flags), provenance
+        tuple(timings),
+        tuple(trials),
+        reason,
+        idle_power,
+        tuple(flags),
+        provenance,
+        cache_mode=settings.cache_mode,
+        threads=torch.get_num_threads(),
     )

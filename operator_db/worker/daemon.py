@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 
 from operator_db.db import queries, queue
-from operator_db.db.models import Host, Job, utcnow
+from operator_db.db.models import Host, Job, JobStatus, utcnow
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import DatabaseError, OperatorDBError
@@ -276,11 +276,11 @@ class Worker:
             )
             with self.store.transaction() as session:
                 status = queue.fail_job(session, job_id, owner, message, retry=retry)
-            if status == "failed":
+            if status == JobStatus.FAILED:
                 stats.failed += 1
                 stats.errors.append(f"job {job_id} ({target}): {message}")
                 self._emit("failed", f"{target}: {message}", job_id)
-            elif status == "queued":
+            elif status == JobStatus.QUEUED:
                 stats.retried += 1
                 self._emit("retry", f"{target}: {message}", job_id)
             else:

@@ -14,8 +14,10 @@ from operator_db.db.models import FullModelRun, Job, Measurement, Model, Operato
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import NotFoundError, OperatorDBError
-from operator_db.measure.engine import MeasureResult, Timing, measure, measure_interleaved
+from operator_db.measure.engine import MeasureResult, Target, measure, measure_interleaved
+from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
+from operator_db.measure.timing import Timing
 from operator_db.specs.schema import Mode
 
 if TYPE_CHECKING:
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
 
 Prepared = Callable[[], object]
 """One call of the target on inputs allocated once (what the engine loops)."""
+
+_MODEL = "model"
+_HOLLOW = "hollow"
+"""Names of the whole model's targets in an interleaved job (configurations go by their key,
+a 64-digit hex string, so the names cannot collide)."""
 
 
 @dataclass(frozen=True)
@@ -68,12 +75,11 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
     """Map a measurement result (one timing method) to the shared result columns."""
     summary = timing.summary
     energy = result.energy_per_call if timing.method == "eager" else None
-    settings = result.provenance.get("settings", {})
     return {
         "dtype": dtype,
         "timing": timing.method,
-        "cache_mode": settings.get("cache_mode", "warm"),
-        "threads": result.provenance.get("torch_threads"),
+        "cache_mode": result.cache_mode,
+        "threads": result.threads,
         "calls_per_block": timing.calls_per_block,
         "blocks": len(timing.block_s),
         "time_median_s": summary.median,
@@ -99,7 +105,7 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
         "power_mean_w": result.power_mean_w if energy is not None else None,
         "idle_power_w": result.idle_power_w,
         "energy_disagreement": result.disagreement if energy is not None else None,
-        "flags": sorted(set(result.flags) | set(timing.flags)),
+        "flags": sorted({str(f) for f in (*result.flags, *timing.flags)}),
         "raw": result.raw() if timing.method == "eager" else {"timing": timing.block_s},
         "provenance": result.provenance,
     }
@@ -193,11 +199,11 @@ def _model_rows(
                     "stubbed_modules": prepared.stubbed,
                     "calls_per_block": hollow.eager.calls_per_block,
                     "block_s": list(hollow.eager.block_s),
-                    "flags": list(hollow.eager.flags),
+                    "flags": [str(f) for f in hollow.eager.flags],
                 },
             }
         if prepared.hollow_unavailable and timing.method == "eager":
-            row.flags = sorted({*row.flags, "hollow_unavailable"})
+            row.flags = sorted({*row.flags, Flag.HOLLOW_UNAVAILABLE.value})
             row.provenance = {**row.provenance, "hollow_unavailable": prepared.hollow_unavailable}
         rows.append(row)
     return rows
@@ -265,7 +271,8 @@ def _execute_interleaved(
         configs = [
             mc.config for mc in queries.model_configs(session, model_id, measurable_only=True)
         ]
-        prepared: list[tuple[int, str, Prepared]] = []
+        prepared: dict[str, tuple[int, str]] = {}
+        targets: list[Target] = []
         left_out: dict[str, str] = {}
         for config in configs:
             try:
@@ -273,27 +280,26 @@ def _execute_interleaved(
             except (OperatorDBError, RuntimeError, ValueError, TypeError) as exc:
                 left_out[config.key] = str(exc).strip().splitlines()[0] if str(exc) else "failed"
                 continue
-            dtype = _config_dtype(config)
-            prepared.append((config.id, dtype, run))
-    hollow = [model_run.hollow] if model_run.hollow is not None else []
-    results = measure_interleaved(
-        [run for _, _, run in prepared] + [model_run.run] + hollow,
-        device,
-        settings,
-        min_time_s=[0.0] * len(prepared) + [settings.model_min_time_s] + [0.0] * len(hollow),
-        energy=[True] * (len(prepared) + 1) + [False] * len(hollow),
-        idle_power=idle_power_w,
-    )
+            prepared[config.key] = (config.id, _config_dtype(config))
+            targets.append(Target(config.key, run))
+    targets.append(Target(_MODEL, model_run.run, min_time_s=settings.model_min_time_s))
+    if model_run.hollow is not None:
+        targets.append(Target(_HOLLOW, model_run.hollow, energy=False))
+    results = {
+        r.target: r
+        for r in measure_interleaved(targets, device, settings, idle_power=idle_power_w)
+    }
     rows: list[Measurement | FullModelRun] = []
-    for (config_id, dtype, _), result in zip(prepared, results, strict=False):
-        rows.extend(_config_rows(job, config_id, dtype, result))
-    model_result = results[len(prepared)]
-    hollow_result = results[len(prepared) + 1] if hollow else None
+    for key, (config_id, dtype) in prepared.items():
+        rows.extend(_config_rows(job, config_id, dtype, results[key]))
+    model_result = results[_MODEL]
     if left_out:
         model_result = dataclasses.replace(
             model_result,
-            flags=(*model_result.flags, "interleaved_partial"),
+            flags=(*model_result.flags, Flag.INTERLEAVED_PARTIAL),
             provenance={**model_result.provenance, "left_out": left_out},
         )
-    rows.extend(_model_rows(job, model_id, model_dtype, model_result, hollow_result, model_run))
+    rows.extend(
+        _model_rows(job, model_id, model_dtype, model_result, results.get(_HOLLOW), model_run)
+    )
     return rows

@@ -18,9 +18,12 @@ from operator_db.db.store import Store
 from operator_db.devices.cpu import CpuDevice
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import MeasurementError, SpecError
+from operator_db.estimate import chips as chip_table
 from operator_db.estimate import peaks as p
+from operator_db.estimate import roofline as rl
+from operator_db.measure import peaks as mp
 
-TABLE = p.load_peak_table()
+TABLE = chip_table.load_peak_table()
 H100 = "NVIDIA H100 80GB HBM3"
 GPU_LIKE = ("datacenter_gpu", "consumer_gpu", "soc", "asic")
 
@@ -41,7 +44,9 @@ def step_clock(step_ns: int) -> Callable[[], int]:
 
 def test_table_has_enough_chips_in_every_category() -> None:
     assert len(TABLE) >= 12
-    by_category = {c: [chip.name for chip in TABLE if chip.category == c] for c in p.CATEGORIES}
+    by_category = {
+        c: [chip.name for chip in TABLE if chip.category == c] for c in chip_table.CATEGORIES
+    }
     assert all(by_category.values()), by_category
     assert any("TPU" in name for name in by_category["asic"])
     assert any("Apple" in name for name in by_category["soc"])
@@ -49,7 +54,7 @@ def test_table_has_enough_chips_in_every_category() -> None:
 
 
 @pytest.mark.parametrize("chip", TABLE, ids=lambda c: c.name)
-def test_every_chip_is_sourced_and_sane(chip: p.ChipPeaks) -> None:
+def test_every_chip_is_sourced_and_sane(chip: chip_table.ChipPeaks) -> None:
     assert chip.source.strip() and chip.vendor.strip()
     assert chip.aliases, "every chip needs the device-kind name it is stored under"
     assert 1e9 < chip.memory_bandwidth_bytes_per_s < 1e13
@@ -61,7 +66,7 @@ def test_every_chip_is_sourced_and_sane(chip: p.ChipPeaks) -> None:
 
 
 @pytest.mark.parametrize("chip", [c for c in TABLE if c.category in GPU_LIKE], ids=lambda c: c.name)
-def test_reduced_precision_is_not_slower_than_float32(chip: p.ChipPeaks) -> None:
+def test_reduced_precision_is_not_slower_than_float32(chip: chip_table.ChipPeaks) -> None:
     f = chip.peak_flops_per_s
     fp32 = f.get("float32")
     if fp32 is not None:
@@ -91,7 +96,7 @@ def test_names_and_aliases_are_unique() -> None:
 
 def test_table_numbers_are_numbers_in_the_yaml() -> None:
     """67e12 would be a string in YAML 1.1; the file must hold floats (the schema is strict)."""
-    raw = yaml.safe_load(p.PEAK_TABLE_PATH.read_text())
+    raw = yaml.safe_load(chip_table.PEAK_TABLE_PATH.read_text())
     for chip in raw["chips"]:
         assert isinstance(chip["memory_bandwidth_bytes_per_s"], float)
         assert all(isinstance(v, float) for v in chip["peak_flops_per_s"].values())
@@ -129,7 +134,7 @@ def _raw_chip(**changes: Any) -> dict[str, Any]:
 )
 def test_invalid_tables_are_rejected(chips: list[dict[str, Any]], path: str) -> None:
     with pytest.raises(SpecError) as info:
-        p.parse_peak_table({"chips": chips}, "t.yaml")
+        chip_table.parse_peak_table({"chips": chips}, "t.yaml")
     assert info.value.source == "t.yaml"
     assert info.value.path == path
 
@@ -137,16 +142,16 @@ def test_invalid_tables_are_rejected(chips: list[dict[str, Any]], path: str) -> 
 def test_load_peak_table_from_a_file(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"chips": [_raw_chip()]}))
-    assert [c.name for c in p.load_peak_table(good)] == ["Chip"]
+    assert [c.name for c in chip_table.load_peak_table(good)] == ["Chip"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("chips: [")
     with pytest.raises(SpecError, match="not valid YAML"):
-        p.load_peak_table(bad)
+        chip_table.load_peak_table(bad)
     with pytest.raises(SpecError, match="cannot read"):
-        p.load_peak_table(tmp_path / "missing.yaml")
+        chip_table.load_peak_table(tmp_path / "missing.yaml")
     # The shipped table is cached; callers get their own list.
-    p.load_peak_table().clear()
-    assert len(p.load_peak_table()) == len(TABLE)
+    chip_table.load_peak_table().clear()
+    assert len(chip_table.load_peak_table()) == len(TABLE)
 
 
 # --- lookup -------------------------------------------------------------------------------------
@@ -181,7 +186,7 @@ def test_load_peak_table_from_a_file(tmp_path: Path) -> None:
     ],
 )
 def test_find_chip(query: str, expected: str | None) -> None:
-    chip = p.find_chip(query)
+    chip = chip_table.find_chip(query)
     assert (chip.name if chip else None) == expected
 
 
@@ -200,33 +205,33 @@ def test_spec_peaks_for_uses_the_table() -> None:
 
 def test_roofline_hand_computed() -> None:
     # 1 GFLOP over 10 MB on 100 TFLOP/s and 1 TB/s: 10 us of compute, 10 us of memory.
-    assert p.roofline_time_s(1e9, 1e7, 100e12, 1e12) == pytest.approx(1e-5)
+    assert rl.roofline_time_s(1e9, 1e7, 100e12, 1e12) == pytest.approx(1e-5)
     # A 4096^3 fp16 GEMM (3 x 32 MiB) on an H100 SXM: compute-bound.
     flops, nbytes = 2 * 4096**3, 3 * 4096 * 4096 * 2
-    assert p.arithmetic_intensity(flops, nbytes) == pytest.approx(4096 / 3 * 2 / 2)
-    assert p.ridge_point(989.5e12, 3.35e12) == pytest.approx(295.37, rel=1e-4)
-    assert p.bound_type(flops, nbytes, 989.5e12, 3.35e12) == "compute"
-    assert p.roofline_time_s(flops, nbytes, 989.5e12, 3.35e12) == pytest.approx(flops / 989.5e12)
+    assert rl.arithmetic_intensity(flops, nbytes) == pytest.approx(4096 / 3 * 2 / 2)
+    assert rl.ridge_point(989.5e12, 3.35e12) == pytest.approx(295.37, rel=1e-4)
+    assert rl.bound_type(flops, nbytes, 989.5e12, 3.35e12) == "compute"
+    assert rl.roofline_time_s(flops, nbytes, 989.5e12, 3.35e12) == pytest.approx(flops / 989.5e12)
     # A ReLU on 1M float32: 1e6 FLOPs, 8 MB: memory-bound, 8e6 / 3.35e12 s.
-    assert p.bound_type(1e6, 8e6, 989.5e12, 3.35e12) == "memory"
-    assert p.roofline_time_s(1e6, 8e6, 989.5e12, 3.35e12) == pytest.approx(8e6 / 3.35e12)
+    assert rl.bound_type(1e6, 8e6, 989.5e12, 3.35e12) == "memory"
+    assert rl.roofline_time_s(1e6, 8e6, 989.5e12, 3.35e12) == pytest.approx(8e6 / 3.35e12)
     # Ties count as memory-bound; a view moves and computes nothing.
-    assert p.bound_type(2.0, 1.0, 2.0, 1.0) == "memory"
-    assert p.roofline_time_s(0, 0, 1e12, 1e12) == 0.0
-    assert p.arithmetic_intensity(0, 0) == 0.0
-    assert p.arithmetic_intensity(5, 0) == math.inf
-    assert p.arithmetic_intensity(6, 3) == 2.0
+    assert rl.bound_type(2.0, 1.0, 2.0, 1.0) == "memory"
+    assert rl.roofline_time_s(0, 0, 1e12, 1e12) == 0.0
+    assert rl.arithmetic_intensity(0, 0) == 0.0
+    assert rl.arithmetic_intensity(5, 0) == math.inf
+    assert rl.arithmetic_intensity(6, 3) == 2.0
 
 
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: p.roofline_time_s(-1, 0, 1, 1),
-        lambda: p.roofline_time_s(1, 1, 0, 1),
-        lambda: p.roofline_time_s(1, 1, 1, -1),
-        lambda: p.arithmetic_intensity(1, -1),
-        lambda: p.ridge_point(0, 1),
-        lambda: p.bound_type(1, 1, 1, 0),
+        lambda: rl.roofline_time_s(-1, 0, 1, 1),
+        lambda: rl.roofline_time_s(1, 1, 0, 1),
+        lambda: rl.roofline_time_s(1, 1, 1, -1),
+        lambda: rl.arithmetic_intensity(1, -1),
+        lambda: rl.ridge_point(0, 1),
+        lambda: rl.bound_type(1, 1, 1, 0),
     ],
 )
 def test_roofline_rejects_bad_inputs(call: Callable[[], object]) -> None:
@@ -289,7 +294,7 @@ def cpu(tmp_path: Path) -> Iterator[CpuDevice]:
 
 def test_measure_peaks_on_the_cpu(cpu: CpuDevice) -> None:
     n, nbytes = 64, 1 << 16
-    measured = p.measure_peaks(
+    measured = mp.measure_peaks(
         cpu,
         dtypes=("float32", "bfloat16", "tf32"),
         matmul_n=n,
@@ -322,7 +327,7 @@ def test_measure_peaks_with_a_manual_clock_is_exact() -> None:
     """Each block reads the clock twice: with a 1 ms step every block lasts exactly 1 ms."""
     n, nbytes = 16, 4096
     with FakeDevice() as fake:
-        measured = p.measure_peaks(
+        measured = mp.measure_peaks(
             fake,
             dtypes=("float32",),
             matmul_n=n,
@@ -344,7 +349,7 @@ def test_measure_peaks_with_a_manual_clock_is_exact() -> None:
 
 def test_measure_peaks_skips_what_would_take_too_long() -> None:
     with FakeDevice() as fake:
-        measured = p.measure_peaks(
+        measured = mp.measure_peaks(
             fake,
             dtypes=("float32", "float16"),
             matmul_n=64,
@@ -361,7 +366,7 @@ def test_measure_peaks_skips_what_would_take_too_long() -> None:
 
 def test_measure_peaks_refuses_a_stopped_clock() -> None:
     with FakeDevice() as fake, pytest.raises(MeasurementError, match="no measurable time"):
-        p.measure_peaks(fake, dtypes=(), copy_bytes=16, min_time_s=0.01, clock=lambda: 7)
+        mp.measure_peaks(fake, dtypes=(), copy_bytes=16, min_time_s=0.01, clock=lambda: 7)
 
 
 @pytest.mark.parametrize(
@@ -370,23 +375,23 @@ def test_measure_peaks_refuses_a_stopped_clock() -> None:
 )
 def test_measure_peaks_rejects_bad_arguments(kwargs: dict[str, Any]) -> None:
     with FakeDevice() as fake, pytest.raises(ValueError):
-        p.measure_peaks(fake, **kwargs)
+        mp.measure_peaks(fake, **kwargs)
 
 
 # --- storing and reading ------------------------------------------------------------------------
 
 
-def fake_measured(kind_name: str, scale: float = 1.0, *, copy: bool = True) -> p.MeasuredPeaks:
+def fake_measured(kind_name: str, scale: float = 1.0, *, copy: bool = True) -> mp.MeasuredPeaks:
     """Measured peaks with known rates: 1 call per 1 s block, so the rate is the work."""
 
-    def mm(dtype: str, flops: float) -> p.KernelTiming:
-        return p.KernelTiming("matmul", dtype, 1024, int(flops * scale), 1, (1.0, 2.0))
+    def mm(dtype: str, flops: float) -> mp.KernelTiming:
+        return mp.KernelTiming("matmul", dtype, 1024, int(flops * scale), 1, (1.0, 2.0))
 
-    return p.MeasuredPeaks(
+    return mp.MeasuredPeaks(
         kind_name=kind_name,
         device_type="gpu",
         matmul={"float32": mm("float32", 5.0e13), "bfloat16": mm("bfloat16", 6.0e14)},
-        copy=p.KernelTiming("copy", None, 1 << 30, int(3.0e12 * scale), 1, (1.0,))
+        copy=mp.KernelTiming("copy", None, 1 << 30, int(3.0e12 * scale), 1, (1.0,))
         if copy
         else None,
     )
@@ -403,7 +408,7 @@ def peak_rows(store: Store, source: str | None = None) -> list[tuple[str, str | 
 
 
 def test_store_spec_peaks_replaces_the_kinds_spec_rows(store: Store) -> None:
-    chip = p.find_chip(H100)
+    chip = chip_table.find_chip(H100)
     assert chip is not None
     with store.transaction() as session:
         stored = p.store_spec_peaks(session, chip, H100)
@@ -422,7 +427,7 @@ def test_store_spec_peaks_replaces_the_kinds_spec_rows(store: Store) -> None:
     assert peaks.spec_origin == "db"
     assert peaks.spec_flops_per_s == chip.peak_flops_per_s
     assert peaks.spec_bytes_per_s == 3.35e12
-    assert peaks.spec_reference == p.spec_reference(chip)
+    assert peaks.spec_reference == chip_table.spec_reference(chip)
     assert peaks.measured_flops_per_s == {} and peaks.measured_bytes_per_s is None
 
 

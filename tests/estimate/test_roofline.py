@@ -11,9 +11,10 @@ from sqlalchemy import select
 
 from operator_db.db.models import OperatorConfig
 from operator_db.db.store import Store
-from operator_db.estimate.compose import Peaks, estimate_model
-from operator_db.estimate.peaks import find_chip, store_spec_peaks
-from operator_db.estimate.roofline import plot_roofline, roofline_table
+from operator_db.estimate.chips import find_chip
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.peaks import store_spec_peaks
+from operator_db.estimate.roofline import Peaks, plot_roofline, roofline_table
 from operator_db.estimate.significant import significance_priorities, significant_configs
 from tests.estimate.test_compose import KIND, setup
 from tests.helpers import run_cli

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from operator_db.devices.fake import FakeDevice
-from operator_db.measure.engine import idle_power_w, measure, measure_interleaved
+from operator_db.measure.engine import Target, idle_power_w, measure, measure_interleaved
 from operator_db.measure.settings import fast_settings
 from operator_db.measure.stats import quantile, summarize
 
@@ -222,8 +222,9 @@ def test_interleaved_rounds_see_the_same_drift() -> None:
 
     start = clock.ns
     order.clear()
-    results = measure_interleaved([op_a, op_b, model], device, settings,
-                                  min_time_s=[0.0, 0.0, 0.9], clock=clock, sleep=clock.sleep)
+    targets = [Target("a", op_a), Target("b", op_b), Target("model", model, min_time_s=0.9)]
+    results = measure_interleaved(targets, device, settings, clock=clock, sleep=clock.sleep)
+    assert [r.target for r in results] == ["a", "b", "model"]  # each result names its target
     medians = [r.eager.summary.median for r in results]
     assert medians[2] == pytest.approx(medians[0] + medians[1])  # the same moments: exact
     assert [len(r.eager.block_s) for r in results] == [20, 20, 20]  # one block per round
@@ -255,9 +256,9 @@ def test_interleaved_edge_cases() -> None:
     device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
     settings = fast_settings(energy=False)
     assert measure_interleaved([], device, settings) == []
-    with pytest.raises(ValueError, match="need one value per call"):
-        measure_interleaved([op(clock)], device, settings, min_time_s=[0.0, 1.0])
+    with pytest.raises(ValueError, match="need distinct names"):
+        measure_interleaved([Target("x", op(clock)), Target("x", op(clock))], device, settings)
     # With energy on, each target still gets its own trials after the rounds.
-    with_energy = measure_interleaved([op(clock), op(clock)], device,
+    with_energy = measure_interleaved([Target("x", op(clock)), Target("y", op(clock))], device,
                                       fast_settings(trials=2), clock=clock, sleep=clock.sleep)
     assert [len(r.trials) for r in with_energy] == [2, 2]

@@ -15,6 +15,7 @@ from operator_db.db.store import Store
 from operator_db.devices.fake import FakeDevice
 from operator_db.estimate.compose import estimate_model
 from operator_db.harvest import harvest
+from operator_db.measure.flags import Flag
 from operator_db.measure.settings import fast_settings
 from operator_db.ops.build import OperatorBuildError
 from operator_db.specs import parse_spec
@@ -63,6 +64,9 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         assert len(measurements) == configs  # eager only on the fake device
         assert {m.job_id for m in measurements} == {run.job_id}
         assert "interleaved" in run.flags and all("interleaved" in m.flags for m in measurements)
+        vocabulary = {flag.value for flag in Flag}  # a closed vocabulary: no messages in flags
+        assert set(run.flags) <= vocabulary and all(set(m.flags) <= vocabulary
+                                                    for m in measurements)
         # The configurations, the model and its hollow run (Linear, ReLU, Linear stubbed).
         assert run.provenance["interleaved"] == {"targets": configs + 2, "rounds": 5}
         assert run.provenance["hollow"]["stubbed_modules"] == 3

@@ -1,0 +1,176 @@
+"""The shipped spec-sheet table of chip peaks (``peaks.yaml``) and matching device kinds to chips.
+
+Units: FLOP/s (integer OP/s for int8) and bytes/s; FLOPs are FLOPs, never MACs. Spec figures are
+dense (a vendor's "with sparsity" figure is halved) and per chip (one GPU, one CPU socket). See
+``peaks.yaml`` for the table's conventions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+
+from operator_db.errors import SpecError
+from operator_db.specs.io import format_error, format_loc
+
+PEAK_TABLE_PATH = Path(__file__).with_name("peaks.yaml")
+"""The shipped spec-sheet table."""
+
+Category = Literal["server_cpu", "datacenter_gpu", "consumer_gpu", "asic", "soc"]
+CATEGORIES: tuple[Category, ...] = ("server_cpu", "datacenter_gpu", "consumer_gpu", "asic", "soc")
+
+PeakDtype = Literal[
+    "float64",
+    "float32",
+    "tf32",
+    "float16",
+    "bfloat16",
+    "int8",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+]
+"""Dtypes a peak can be given for: torch dtype names, plus ``tf32`` (float32 matmuls on TF32 units).
+
+``float8_e4m3fn`` stands for both OCP FP8 formats and ``float8_e4m3fnuz`` for both FNUZ formats
+(each pair runs at one rate); ``int8`` figures are integer OP/s.
+"""
+
+
+
+class ChipPeaks(BaseModel):
+    """One chip's spec-sheet peaks (dense, per chip) and where they come from."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str = Field(min_length=1)
+    """Marketing name with form factor, e.g. ``NVIDIA H100 SXM5 80GB``."""
+    aliases: list[str] = Field(default_factory=list)
+    """Device-kind names this chip is stored under (NVML name, ``cpu:<model name>``, ...)."""
+    category: Category
+    vendor: str = Field(min_length=1)
+    memory_bandwidth_bytes_per_s: PositiveFloat
+    """Peak DRAM/HBM bandwidth, bytes/s."""
+    peak_flops_per_s: dict[PeakDtype, PositiveFloat] = Field(min_length=1)
+    """Dense peak per dtype, FLOP/s (int8: OP/s)."""
+    source: str = Field(min_length=1)
+    """The vendor document (title or URL) the figures come from."""
+    notes: str = ""
+    """Clocks, form factor and any derivation (CPU: cores x clock x FLOPs/cycle/core)."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The name and every alias."""
+        return (self.name, *self.aliases)
+
+
+class PeakTable(BaseModel):
+    """The whole table: chips with unique names and aliases (compared case-insensitively)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    chips: list[ChipPeaks] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PeakTable:
+        seen: dict[str, str] = {}
+        for chip in self.chips:
+            for name in dict.fromkeys(_normalize(n) for n in chip.names):
+                if name in seen:
+                    raise ValueError(f"{name!r} names both {seen[name]!r} and {chip.name!r}")
+                seen[name] = chip.name
+        return self
+
+
+def _normalize(name: str) -> str:
+    """Lower-case ``name`` and collapse its whitespace."""
+    return " ".join(name.lower().split())
+
+
+def parse_peak_table(data: object, source: str) -> list[ChipPeaks]:
+    """Validate parsed YAML as a peak table.
+
+    Raises:
+        SpecError: naming ``source`` and the path of the first problem.
+    """
+    try:
+        table = PeakTable.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        raise SpecError(source, format_loc(first["loc"]), format_error(first) + more) from None
+    return list(table.chips)
+
+
+def load_peak_table(path: Path | None = None) -> list[ChipPeaks]:
+    """Return the chips of the table at ``path`` (default: the shipped ``peaks.yaml``).
+
+    Raises:
+        SpecError: the file is missing, not YAML, or not a valid table.
+    """
+    if path is None:
+        return list(_shipped_table())
+    return _read_table(path)
+
+
+@lru_cache(maxsize=1)
+def _shipped_table() -> tuple[ChipPeaks, ...]:
+    return tuple(_read_table(PEAK_TABLE_PATH))
+
+
+def _read_table(path: Path) -> list[ChipPeaks]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), "", f"not valid YAML: {' '.join(str(exc).split())}") from None
+    return parse_peak_table(data, str(path))
+
+
+def find_chip(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipPeaks | None:
+    """Return the chip called ``name`` (its name or an alias), or None.
+
+    Matching ignores case and repeated whitespace. Failing an exact match, a chip matches when
+    one of its names contains ``name`` as whole words, or ``name`` contains one of them
+    (``H100 PCIe``; ``cpu:Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz``), but only when exactly
+    one chip does and ``name`` has at least 3 characters. Whole words: ``NVIDIA A10`` is not
+    found in ``NVIDIA A100 80GB PCIe`` nor ``NVIDIA L4`` in ``NVIDIA L40``. ``chips`` defaults to
+    the shipped table.
+    """
+    query = _normalize(name)
+    table = load_peak_table() if chips is None else chips
+    for chip in table:
+        if any(_normalize(n) == query for n in chip.names):
+            return chip
+    if len(query) < 3:
+        return None
+    found = [
+        chip
+        for chip in table
+        if any(
+            _contains_words(known, query) or _contains_words(query, known)
+            for known in map(_normalize, chip.names)
+        )
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _contains_words(text: str, part: str) -> bool:
+    """Say whether ``part`` occurs in ``text`` with no letter or digit glued to either end."""
+    before = r"(?<![0-9a-z])" if part[:1].isalnum() else ""
+    after = r"(?![0-9a-z])" if part[-1:].isalnum() else ""
+    return re.search(before + re.escape(part) + after, text) is not None
+
+
+def spec_reference(chip: ChipPeaks) -> str:
+    """Return the text stored as a spec peak's ``reference``: chip, source and notes."""
+    parts = [chip.name, chip.source] + ([chip.notes] if chip.notes else [])
+    return " | ".join(parts)
+

@@ -1,0 +1,38 @@
+"""Quality flags of a stored result: a closed vocabulary (docs/measurement.md lists them).
+
+A flag names a condition; the details (an exception's message, which configurations were left
+out) go into the result's provenance under the flag's name, never into the flags themselves.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Flag(StrEnum):
+    """One quality flag of a measurement or full-model run."""
+
+    UNSTABLE = "unstable"
+    """Timing IQR / median above ``unstable_iqr_ratio`` (0.25): the time is not to be trusted."""
+    NOISY = "noisy"
+    """Timing IQR / median above ``noisy_iqr_ratio`` (0.10)."""
+    GRAPH_UNAVAILABLE = "graph_unavailable"
+    """A fast GPU op could not be captured as a CUDA graph; only eager time is stored (why:
+    provenance ``graph_unavailable``)."""
+    THROTTLED = "throttled"
+    """An energy trial saw HW slowdown, SW/HW thermal slowdown or power brake."""
+    POWER_CAPPED = "power_capped"
+    """An energy trial ran at the SW power cap (normal under load; noted)."""
+    ENERGY_DISAGREEMENT = "energy_disagreement"
+    """Counter and integrated power differ by more than ``disagreement_limit`` on a window ≥ 1 s."""
+    ENERGY_NOISY = "energy_noisy"
+    """Per-call energy IQR / median over trials above ``noisy_iqr_ratio``."""
+    INTERLEAVED = "interleaved"
+    """Timed in rounds interleaved with the other targets of one model job."""
+    INTERLEAVED_PARTIAL = "interleaved_partial"
+    """A model's interleaved run left out configurations that could not be rebuilt (which and
+    why: provenance ``left_out``)."""
+    HOLLOW_UNAVAILABLE = "hollow_unavailable"
+    """A model run without a hollow run, so no time between operators (why: provenance
+    ``hollow_unavailable``)."""
+

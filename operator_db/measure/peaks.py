@@ -1,0 +1,308 @@
+"""Attainable peaks of a device: a large matmul per dtype (FLOP/s) and a large copy (bytes/s).
+
+The Empirical Roofline Toolkit's idea (METHODOLOGY §5): the most a kernel that does nothing but
+compute (or move memory) reaches is the roof an operator can be compared with. Kernels are timed
+with the engine's block timer and warm-up (:mod:`operator_db.measure.timing`); provenance comes
+from the device. Storing the figures is :mod:`operator_db.estimate.peaks`' job.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from operator_db.devices.base import Clock, Device
+from operator_db.errors import MeasurementError
+from operator_db.measure.stats import summarize
+from operator_db.measure.timing import BlockTimer, Call, calls_for, warm_up
+
+MATMUL_DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "tf32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+"""Dtypes ``measure_peaks`` can measure (``tf32``: float32 with TF32 enabled, CUDA only)."""
+
+GPU_MATMUL_N = 8192
+CPU_MATMUL_N = 2048
+GPU_COPY_BYTES = 1 << 30
+CPU_COPY_BYTES = 256 << 20
+
+_MAX_CALLS_PER_BLOCK = 1 << 16
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """Raw timing of one peak kernel: ``len(block_s)`` blocks of ``calls_per_block`` calls."""
+
+    kernel: Literal["matmul", "copy"]
+    dtype: str | None
+    """The matmul dtype; None for the copy."""
+    size: int
+    """Matmul: n of the n x n x n product; copy: bytes of each buffer."""
+    work_per_call: int
+    """Matmul: FLOPs per call, 2 n^3; copy: bytes moved per call, 2 x size (read + write)."""
+    calls_per_block: int
+    block_s: tuple[float, ...]
+    """Raw block durations, s."""
+
+    @property
+    def rates_per_s(self) -> tuple[float, ...]:
+        """Work per second of each block: FLOP/s (matmul) or bytes/s (copy)."""
+        return tuple(self.work_per_call * self.calls_per_block / b for b in self.block_s)
+
+    @property
+    def best_per_s(self) -> float:
+        """The best block's rate: the attainable peak."""
+        return max(self.rates_per_s)
+
+    @property
+    def median_per_s(self) -> float:
+        """The median block rate."""
+        return summarize(self.rates_per_s).median
+
+    def describe(self) -> str:
+        """Return a one-line description (stored as the measured peak's ``reference``)."""
+        unit = "FLOP/s" if self.kernel == "matmul" else "B/s"
+        what = (
+            f"matmul {self.dtype} n={self.size}"
+            if self.kernel == "matmul"
+            else f"copy_ of {self.size} B (2x counted)"
+        )
+        return (
+            f"{what}: best of {len(self.block_s)} blocks x {self.calls_per_block} calls; "
+            f"median {self.median_per_s:.4g} {unit}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the raw samples and derived rates, JSON-ready."""
+        return {
+            "kernel": self.kernel,
+            "dtype": self.dtype,
+            "size": self.size,
+            "work_per_call": self.work_per_call,
+            "calls_per_block": self.calls_per_block,
+            "block_s": list(self.block_s),
+            "best_per_s": self.best_per_s,
+            "median_per_s": self.median_per_s,
+        }
+
+
+@dataclass(frozen=True)
+class MeasuredPeaks:
+    """Attainable peaks of one device: a matmul per dtype, a copy for bandwidth, with raw blocks."""
+
+    kind_name: str
+    device_type: str
+    """``gpu``, ``cpu`` or ``fake``: the device kind's type."""
+    matmul: Mapping[str, KernelTiming]
+    copy: KernelTiming | None
+    skipped: Mapping[str, str] = field(default_factory=dict)
+    """Dtypes not measured, with the reason."""
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def flops_per_s(self) -> dict[str, float]:
+        """Best FLOP/s per measured dtype."""
+        return {dtype: t.best_per_s for dtype, t in self.matmul.items()}
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        """Best copy bandwidth, bytes/s (bytes read + bytes written per second)."""
+        return self.copy.best_per_s if self.copy is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return everything, JSON-ready."""
+        return {
+            "kind_name": self.kind_name,
+            "device_type": self.device_type,
+            "matmul": {dtype: t.as_dict() for dtype, t in self.matmul.items()},
+            "copy": self.copy.as_dict() if self.copy is not None else None,
+            "skipped": dict(self.skipped),
+            "provenance": self.provenance,
+        }
+
+
+@contextmanager
+def _float32_matmul_precision(precision: str) -> Iterator[None]:
+    """Set ``torch.set_float32_matmul_precision`` for the block, then restore it."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _time_kernel(
+    run: Call, timer: BlockTimer, *, min_time_s: float, repeats: int
+) -> tuple[int, tuple[float, ...]]:
+    """Warm up for a quarter of ``min_time_s``, then time ``repeats`` blocks filling it.
+
+    Returns (calls per block, block durations in s).
+
+    Raises:
+        MeasurementError: the clock did not advance over a block.
+    """
+    per_call = warm_up(
+        run, timer, min_s=min_time_s / 4, min_calls=2, max_calls_per_block=_MAX_CALLS_PER_BLOCK
+    )
+    per_block = calls_for(min_time_s / repeats, per_call, 1, _MAX_CALLS_PER_BLOCK)
+    blocks = tuple(timer.block_s(run, per_block) for _ in range(repeats))
+    if min(blocks) <= 0:
+        raise MeasurementError(f"{per_block} calls took no measurable time; is the clock moving?")
+    return per_block, blocks
+
+
+def _probe_matmul(
+    dtype: str, n: int, dev: torch.device, timer: BlockTimer, max_call_s: float
+) -> str | None:
+    """Return why a dtype's n x n matmul should be skipped (too slow, unsupported), or None.
+
+    Times growing square matmuls from n=128 and extrapolates by n^3 (small sizes run less
+    efficiently, so the estimate errs towards slow); stops when the estimate fits ``max_call_s``.
+    """
+    size = min(n, 128)
+    while True:
+        try:
+            a, b, c = _matmul_operands(size, MATMUL_DTYPES[dtype], dev)
+            run = _matmul_run(a, b, c)
+            timer.block_s(run, 1)
+            t = min(timer.block_s(run, 1), timer.block_s(run, 1))
+        except (RuntimeError, NotImplementedError) as exc:
+            return f"{dtype} matmul failed on {dev.type}: {' '.join(str(exc).split())[:200]}"
+        estimate_s = t * (n / size) ** 3
+        if estimate_s <= max_call_s:
+            return None
+        if size >= n or t * 8 > max_call_s:
+            rate = 2 * size**3 / t if t > 0 else math.inf
+            return (
+                f"{dtype} matmul too slow on {dev.type}: ~{estimate_s:.3g} s per call at n={n} "
+                f"({rate:.3g} FLOP/s at n={size}); pass a smaller matmul_n to measure it"
+            )
+        size = min(n, size * 2)
+
+
+def _matmul_operands(
+    n: int, dtype: torch.dtype, dev: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a = torch.randn(n, n, dtype=dtype, device=dev)
+    b = torch.randn(n, n, dtype=dtype, device=dev)
+    return a, b, torch.empty(n, n, dtype=dtype, device=dev)
+
+
+def _matmul_run(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Call:
+    def run() -> object:
+        return torch.matmul(a, b, out=c)
+
+    return run
+
+
+def measure_peaks(
+    device: Device,
+    *,
+    dtypes: Sequence[str] = ("float32", "float16", "bfloat16"),
+    matmul_n: int | None = None,
+    copy_bytes: int | None = None,
+    min_time_s: float = 0.5,
+    repeats: int = 5,
+    max_call_s: float = 1.0,
+    clock: Clock = time.perf_counter_ns,
+) -> MeasuredPeaks:
+    """Measure the attainable compute and bandwidth peaks of ``device``.
+
+    Compute: an n x n by n x n ``torch.matmul`` into a preallocated output per dtype, counted as
+    2 n^3 FLOPs per call (n: ``matmul_n``, default 8192 on a GPU, 2048 elsewhere). ``float32``
+    runs in IEEE FP32 (``float32_matmul_precision("highest")``); ``tf32`` with TF32 enabled (CUDA
+    only). A dtype whose call would take longer than ``max_call_s`` s (float16 on most CPUs), or
+    that fails, is skipped with the reason in ``skipped``. Bandwidth: ``dst.copy_(src)`` of two
+    ``copy_bytes`` buffers (default 1 GiB on a GPU, 256 MiB elsewhere), counted as 2 x
+    ``copy_bytes`` per call (read + write).
+
+    Each kernel is warmed up for ``min_time_s / 4``, then timed as ``repeats`` blocks filling
+    ``min_time_s`` together (CUDA events on a GPU; ``clock``, in ns, around ``synchronize()``
+    elsewhere). The best block is the attainable peak; the raw blocks and the median are kept.
+
+    Raises:
+        ValueError: an unknown dtype or a non-positive size, time or count.
+        MeasurementError: the device ran out of memory for the buffers.
+    """
+    unknown = [d for d in dtypes if d not in MATMUL_DTYPES]
+    if unknown:
+        raise ValueError(f"cannot measure {unknown}; measurable: {sorted(MATMUL_DTYPES)}")
+    if min_time_s <= 0 or max_call_s <= 0 or repeats < 1:
+        raise ValueError("min_time_s and max_call_s must be > 0 and repeats >= 1")
+    dev = device.torch_device()
+    cuda = dev.type == "cuda"
+    n = matmul_n if matmul_n is not None else (GPU_MATMUL_N if cuda else CPU_MATMUL_N)
+    nbytes = copy_bytes if copy_bytes is not None else (GPU_COPY_BYTES if cuda else CPU_COPY_BYTES)
+    if n < 1 or nbytes < 1:
+        raise ValueError(f"matmul_n and copy_bytes must be >= 1, got {n} and {nbytes}")
+    timer = BlockTimer(device, clock)
+    identity = device.identity()
+    matmul: dict[str, KernelTiming] = {}
+    skipped: dict[str, str] = {}
+    with torch.cuda.device(dev) if cuda else nullcontext():
+        for dtype in dict.fromkeys(dtypes):
+            if dtype == "tf32" and not cuda:
+                skipped[dtype] = f"tf32 is a CUDA Tensor Core mode; not measured on {dev.type}"
+                continue
+            with _float32_matmul_precision("high" if dtype == "tf32" else "highest"):
+                reason = _probe_matmul(dtype, n, dev, timer, max_call_s)
+                if reason is not None:
+                    skipped[dtype] = reason
+                    continue
+                matmul[dtype] = _measure_matmul(dtype, n, dev, timer, min_time_s, repeats)
+        copy = _measure_copy(nbytes, dev, timer, min_time_s, repeats)
+    return MeasuredPeaks(
+        kind_name=identity.name,
+        device_type=identity.kind,
+        matmul=matmul,
+        copy=copy,
+        skipped=skipped,
+        provenance={
+            **device.provenance(),
+            "torch_device": str(dev),
+            "timer": "cuda_events" if cuda else "host_clock",
+            "min_time_s": min_time_s,
+            "repeats": repeats,
+        },
+    )
+
+
+def _measure_matmul(
+    dtype: str, n: int, dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
+) -> KernelTiming:
+    try:
+        a, b, c = _matmul_operands(n, MATMUL_DTYPES[dtype], dev)
+    except torch.OutOfMemoryError as exc:
+        raise MeasurementError(f"out of memory for three {n}x{n} {dtype} matrices") from exc
+    calls, blocks = _time_kernel(
+        _matmul_run(a, b, c), timer, min_time_s=min_time_s, repeats=repeats
+    )
+    return KernelTiming("matmul", dtype, n, 2 * n**3, calls, blocks)
+
+
+def _measure_copy(
+    nbytes: int, dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
+) -> KernelTiming:
+    try:
+        # ones, not empty: untouched pages would be read as the shared zero page on a CPU.
+        src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+        dst = torch.empty_like(src)
+    except torch.OutOfMemoryError as exc:
+        raise MeasurementError(f"out of memory for two {nbytes}-byte copy buffers") from exc
+
+    def run() -> object:
+        return dst.copy_(src)
+
+    calls, blocks = _time_kernel(run, timer, min_time_s=min_time_s, repeats=repeats)
+    return KernelTiming("copy", None, nbytes, 2 * nbytes, calls, blocks)

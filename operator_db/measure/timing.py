@@ -1,0 +1,212 @@
+"""Timing blocks of back-to-back calls: warm-up, block sizes, eager and CUDA-graph timings.
+
+Per METHODOLOGY §3: CUDA events around a block on a GPU, a host clock around a synchronised
+block elsewhere; per-call time = block time / calls; IQR / median flags a noisy or unstable
+timing. The engine (:mod:`operator_db.measure.engine`) and the peak microbenchmarks
+(:mod:`operator_db.measure.peaks`) both time through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from operator_db.devices.base import Clock, Device
+from operator_db.errors import MeasurementError
+from operator_db.measure.flags import Flag
+from operator_db.measure.settings import MeasureSettings
+from operator_db.measure.stats import Summary, summarize
+
+Call = Callable[[], object]
+"""One call of what is measured, on inputs allocated once and reused."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times of one timing method, from ``len(block_s)`` blocks."""
+
+    method: Literal["eager", "graph"]
+    calls_per_block: int
+    block_s: tuple[float, ...]
+    """Raw block durations in seconds."""
+    flags: tuple[Flag, ...] = ()
+
+    @property
+    def per_call_s(self) -> tuple[float, ...]:
+        """Per-call time of each block, in seconds."""
+        return tuple(b / self.calls_per_block for b in self.block_s)
+
+    @property
+    def summary(self) -> Summary:
+        """Statistics of the per-call times, in seconds."""
+        return summarize(self.per_call_s)
+
+
+def _cuda_event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
+class BlockTimer:
+    """Times blocks of calls (s): CUDA events on a GPU, a host clock and synchronize elsewhere."""
+
+    def __init__(self, device: Device, clock: Clock) -> None:
+        self.device = device
+        self.clock = clock
+        self.cuda = device.torch_device().type == "cuda"
+
+    def block_s(self, run: Call, calls: int) -> float:
+        """Run ``calls`` calls back to back; return their duration in seconds."""
+        if self.cuda:
+            start = _cuda_event()
+            end = _cuda_event()
+            start.record()
+            for _ in range(calls):
+                run()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1000
+        self.device.synchronize()
+        t0 = self.clock()
+        for _ in range(calls):
+            run()
+        self.device.synchronize()
+        return (self.clock() - t0) / 1e9
+
+
+def warm_up(
+    run: Call,
+    timer: BlockTimer,
+    *,
+    min_s: float,
+    min_calls: int,
+    max_calls_per_block: int,
+) -> float:
+    """Run blocks of doubling size until ``min_s`` seconds and ``min_calls`` calls are reached.
+
+    Returns the last block's per-call time, s.
+
+    Raises:
+        MeasurementError: a block took no measurable time (a stopped clock).
+    """
+    calls = 0
+    spent = 0.0
+    per_call = 0.0
+    batch = 1
+    while calls < min_calls or spent < min_s:
+        elapsed = timer.block_s(run, batch)
+        if elapsed <= 0:
+            raise MeasurementError(f"{batch} calls took no measurable time; is the clock moving?")
+        per_call = elapsed / batch
+        spent += elapsed
+        calls += batch
+        batch = min(batch * 2, max_calls_per_block)
+    return per_call
+
+
+def warm_up_for(run: Call, timer: BlockTimer, settings: MeasureSettings) -> float:
+    """Warm ``run`` up for ``warmup_s`` and ``warmup_min_calls`` (see :func:`warm_up`)."""
+    return warm_up(
+        run,
+        timer,
+        min_s=settings.warmup_s,
+        min_calls=settings.warmup_min_calls,
+        max_calls_per_block=settings.max_calls_per_block,
+    )
+
+
+def calls_for(duration_s: float, per_call_s: float, minimum: int, maximum: int) -> int:
+    """Return how many calls of ``per_call_s`` seconds fill ``duration_s`` (within the bounds)."""
+    if per_call_s <= 0:
+        return maximum
+    return max(minimum, min(maximum, math.ceil(duration_s / per_call_s)))
+
+
+def time_blocks(
+    run: Call,
+    timer: BlockTimer,
+    settings: MeasureSettings,
+    per_call_s: float,
+    min_time_s: float = 0.0,
+) -> Timing:
+    """Time ``blocks`` blocks (more, up to ``max_blocks``, to last ``min_time_s`` seconds).
+
+    Re-time while IQR/median exceeds the unstable ratio (a few times); keep the steadiest attempt.
+    """
+    calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
+    count = settings.blocks
+    if min_time_s > 0 and per_call_s > 0:
+        count = max(count, min(settings.max_blocks, math.ceil(min_time_s / (calls * per_call_s))))
+    best: Timing | None = None
+    for _attempt in range(settings.retries_when_unstable + 1):
+        blocks = tuple(timer.block_s(run, calls) for _ in range(count))
+        timing = Timing("eager", calls, blocks)
+        if best is None or timing.summary.iqr_ratio < best.summary.iqr_ratio:
+            best = timing
+        if timing.summary.iqr_ratio <= settings.unstable_iqr_ratio:
+            break
+    assert best is not None
+    return flagged(best, settings)
+
+
+def flagged(timing: Timing, settings: MeasureSettings) -> Timing:
+    """Return ``timing`` flagged unstable or noisy by the IQR/median of its per-call times."""
+    ratio = timing.summary.iqr_ratio
+    if ratio > settings.unstable_iqr_ratio:
+        flags: tuple[Flag, ...] = (Flag.UNSTABLE,)
+    elif ratio > settings.noisy_iqr_ratio:
+        flags = (Flag.NOISY,)
+    else:
+        flags = ()
+    return dataclasses.replace(timing, flags=flags)
+
+
+def time_cuda_graph(run: Call, settings: MeasureSettings, per_call_s: float) -> Timing:
+    """Time ``graph_unroll`` calls captured as one CUDA graph (launch gaps removed).
+
+    Raises:
+        MeasurementError: the op cannot be captured (data-dependent shapes, host syncs, ...).
+    """
+    try:
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(settings.graph_unroll):
+                run()
+    except Exception as exc:  # noqa: BLE001 - any capture failure means "no graph timing"
+        raise MeasurementError(f"CUDA graph capture failed: {str(exc).splitlines()[0]}") from None
+    replays = calls_for(settings.block_min_s, per_call_s * settings.graph_unroll, 1, 10_000)
+    blocks = []
+    for _ in range(settings.blocks):
+        start = _cuda_event()
+        end = _cuda_event()
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        blocks.append(float(start.elapsed_time(end)) / 1000)
+    return flagged(Timing("graph", replays * settings.graph_unroll, tuple(blocks)), settings)
+
+
+def interleaved_calls(per_call_s: float, min_time_s: float, settings: MeasureSettings) -> int:
+    """Return the calls per block of one target of an interleaved measurement.
+
+    A block lasts at least ``block_min_s``; a target with a ``min_time_s`` (a whole model) gets
+    longer blocks instead of more of them, so every target has ``blocks`` blocks, one per round.
+    """
+    calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
+    if min_time_s > 0 and per_call_s > 0:
+        calls = max(calls, math.ceil(round(min_time_s / (settings.blocks * per_call_s), 9)))
+    return min(calls, settings.max_calls_per_block)
+
+
