@@ -53,7 +53,7 @@ class OperatorOut(BaseModel):
 
     key: str
     op: str
-    kind: str
+    form: str
     inputs: list[dict[str, Any]]
     count: int
     flops: int | None = Field(description="Forward FLOPs per call.")

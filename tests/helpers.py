@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 
 from operator_db.cli.main import main
 from operator_db.db.queries.tables import TABLES
+from operator_db.specs import SPEC_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,7 @@ def linear_op(inp: int = 16, out: int = 32, batch: int = 4, count: int = 1) -> d
     """Return a Linear operator entry (a spec's ``operators[i]``) with its FLOPs and bytes."""
     return {
         "op": "torch.nn.Linear",
-        "kind": "module",
+        "form": "module",
         "args": {"in_features": inp, "out_features": out, "bias": True},
         "dtype": "float32",
         "inputs": [{"shape": [batch, inp], "dtype": "float32"}],
@@ -60,7 +61,7 @@ def relu_op(shape: list[int], count: int = 1) -> dict[str, Any]:
         numel *= d
     return {
         "op": "torch.nn.ReLU",
-        "kind": "module",
+        "form": "module",
         "inputs": [{"shape": shape, "dtype": "float32"}],
         "outputs": [{"shape": shape, "dtype": "float32"}],
         "count": count,
@@ -75,7 +76,7 @@ def spec_dict(
 ) -> dict[str, Any]:
     """Return a valid spec as a dict."""
     return {
-        "spec_version": 1,
+        "spec_version": SPEC_VERSION,
         "model": {
             "name": name,
             "reference": "module:operator_db.examples:mlp",

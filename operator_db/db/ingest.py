@@ -44,7 +44,7 @@ def _config_row(key: str, op: OperatorSpec, mode: str) -> dict[str, Any]:
     return {
         "key": key,
         "op": op.op,
-        "kind": op.kind,
+        "form": op.form,
         "mode": mode,
         "args": op.args,
         "dtype": op.dtype,

@@ -41,7 +41,7 @@ JsonType = JSON().with_variant(JSONB(), "postgresql")
 """Free-form JSON: JSONB on PostgreSQL, JSON text on SQLite."""
 
 MODES = ("inference", "training")
-OP_KINDS = ("module", "function", "opaque")
+OP_FORMS = ("module", "function", "opaque")
 DEVICE_TYPES = ("gpu", "cpu", "fake")
 JOB_TARGETS = ("operator", "model")
 
@@ -113,7 +113,8 @@ class OperatorConfig(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(64), unique=True)
     op: Mapped[str] = mapped_column(String(300), index=True)
-    kind: Mapped[str] = mapped_column(_enum(OP_KINDS, "op_kind"))
+    form: Mapped[str] = mapped_column(_enum(OP_FORMS, "op_form"))
+    """How it is run: ``module``, ``function`` or ``opaque`` (see ``specs.schema.OpForm``)."""
     mode: Mapped[str] = mapped_column(_enum(MODES, "mode"))
     args: Mapped[dict[str, Any]] = mapped_column(default=dict)
     dtype: Mapped[str | None] = mapped_column(String(16))

@@ -79,7 +79,7 @@ def enqueue_model(
     model = get_model(session, model_name)
     kind = get_or_create_device_kind(session, device_kind)
     configs = model_configs(session, model.id)
-    ids = [mc.config.id for mc in configs if mc.config.kind != "opaque"]
+    ids = [mc.config.id for mc in configs if mc.config.form != "opaque"]
     measured = set() if remeasure else measured_config_ids(session, ids, kind.id)
     active = _active_config_ids(session, ids, kind.id)
     now = utcnow()

@@ -15,7 +15,10 @@ import torch
 
 from operator_db.errors import DeviceError
 
-DeviceKind = Literal["gpu", "cpu", "fake"]
+DeviceType = Literal["gpu", "cpu", "fake"]
+"""What sort of device: a GPU, a CPU, or the fake device of tests. A *device kind* is something
+else: one model of chip (``device_kinds.name``, e.g. ``NVIDIA H100 80GB HBM3``), whose ``type`` is
+one of these."""
 
 Clock = Callable[[], int]
 """A monotonic clock in nanoseconds, like ``time.perf_counter_ns``."""
@@ -64,7 +67,7 @@ class DeviceIdentity:
     ``device_id`` tells devices of one host apart (the NVML UUID for GPUs, ``"cpu"`` for the CPU).
     """
 
-    kind: DeviceKind
+    device_type: DeviceType
     name: str
     vendor: str
     device_id: str
@@ -166,7 +169,7 @@ class Device(abc.ABC):
     Devices are context managers.
     """
 
-    kind: ClassVar[DeviceKind]
+    device_type: ClassVar[DeviceType]
 
     def __init__(self, *, clock: Clock = time.perf_counter_ns, sleep: Sleep = time.sleep) -> None:
         self._clock = clock

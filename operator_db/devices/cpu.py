@@ -18,7 +18,7 @@ from operator_db.devices.base import (
     Clock,
     Device,
     DeviceIdentity,
-    DeviceKind,
+    DeviceType,
     PowerSample,
     Sleep,
     Telemetry,
@@ -141,7 +141,7 @@ def read_cpu_model(cpuinfo: Path = CPUINFO) -> tuple[str, str]:
 class CpuDevice(Device):
     """The host CPU. Energy is package + DRAM RAPL counters where readable, else unavailable."""
 
-    kind: ClassVar[DeviceKind] = "cpu"
+    device_type: ClassVar[DeviceType] = "cpu"
 
     def __init__(
         self,
@@ -172,7 +172,7 @@ class CpuDevice(Device):
         except (OSError, LookupError, ValueError) as exc:
             self._energy_reason = f"energy unavailable: {_one_line(exc)}"
         self._identity = DeviceIdentity(
-            kind="cpu",
+            device_type="cpu",
             name=f"cpu:{model}",
             vendor=vendor,
             device_id="cpu",

@@ -13,7 +13,7 @@ from operator_db.devices.nvidia import NvidiaDevice
 from operator_db.devices.nvml import nvml_available
 from operator_db.errors import ConfigurationError, DeviceError, OperatorDBError
 
-_SPEC = re.compile(r"(?P<kind>auto|cpu|fake|nvidia|cuda|gpu)(?::(?P<index>\d+))?")
+_SPEC = re.compile(r"(?P<backend>auto|cpu|fake|nvidia|cuda|gpu)(?::(?P<index>\d+))?")
 
 
 def parse_device_spec(spec: str) -> tuple[str, int | None]:
@@ -27,13 +27,13 @@ def parse_device_spec(spec: str) -> tuple[str, int | None]:
         raise ConfigurationError(
             f"unknown device {spec!r}; expected auto, cpu, nvidia[:N], cuda[:N] or fake"
         )
-    kind = match["kind"]
-    if kind in ("cuda", "gpu"):
-        kind = "nvidia"
+    backend = match["backend"]
+    if backend in ("cuda", "gpu"):
+        backend = "nvidia"
     index = int(match["index"]) if match["index"] is not None else None
-    if index is not None and kind != "nvidia":
+    if index is not None and backend != "nvidia":
         raise ConfigurationError(f"device {spec!r}: only nvidia/cuda devices take an index")
-    return kind, index
+    return backend, index
 
 
 def fake_from_settings(settings: Settings, **overrides: Any) -> FakeDevice:
@@ -79,13 +79,13 @@ def open_device(
     if spec is None:
         settings = settings or get_settings()
         spec = settings.device
-    kind, spec_index = parse_device_spec(spec)
+    backend, spec_index = parse_device_spec(spec)
     gpu_index = index if spec_index is None else spec_index
-    if kind == "auto":
+    if backend == "auto":
         ok, _ = nvml_available()
         return NvidiaDevice(gpu_index) if ok else CpuDevice()
-    if kind == "cpu":
+    if backend == "cpu":
         return CpuDevice()
-    if kind == "nvidia":
+    if backend == "nvidia":
         return NvidiaDevice(gpu_index)
     return fake_from_settings(settings or get_settings())

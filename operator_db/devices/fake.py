@@ -14,7 +14,7 @@ from operator_db.devices.base import (
     Clock,
     Device,
     DeviceIdentity,
-    DeviceKind,
+    DeviceType,
     PowerSample,
     Sleep,
     Telemetry,
@@ -39,7 +39,7 @@ class FakeDevice(Device):
     calls of each operation (failed ones included).
     """
 
-    kind: ClassVar[DeviceKind] = "fake"
+    device_type: ClassVar[DeviceType] = "fake"
 
     def __init__(
         self,
@@ -90,7 +90,7 @@ class FakeDevice(Device):
         self._t0_ns = clock()
         self._segments: list[tuple[int, float]] = [(self._t0_ns, float(power_mw))]
         self._identity = DeviceIdentity(
-            kind="fake",
+            device_type="fake",
             name=f"fake:{name}",
             vendor="operator-db",
             device_id="fake-0",

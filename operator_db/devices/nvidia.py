@@ -14,7 +14,7 @@ from operator_db.devices.base import (
     Clock,
     Device,
     DeviceIdentity,
-    DeviceKind,
+    DeviceType,
     PowerSample,
     Sleep,
     Telemetry,
@@ -68,7 +68,7 @@ class NvidiaDevice(Device):
     NVML's host timestamps (µs since the epoch), so ``timestamp_us()`` reads the wall clock.
     """
 
-    kind: ClassVar[DeviceKind] = "gpu"
+    device_type: ClassVar[DeviceType] = "gpu"
 
     def __init__(
         self,
@@ -166,7 +166,7 @@ class NvidiaDevice(Device):
             "cuda_driver_version": cuda_driver,
         }
         return DeviceIdentity(
-            kind="gpu",
+            device_type="gpu",
             name=name,
             vendor="NVIDIA",
             device_id=uuid,

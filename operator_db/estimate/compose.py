@@ -27,7 +27,7 @@ EnergyChoice = Literal["total", "dynamic"]
 CONFIG_COLUMNS = [
     "key",
     "op",
-    "kind",
+    "form",
     "inputs",
     "count",
     "flops",
@@ -192,13 +192,13 @@ def estimate_model(
         time_per_call = chosen.time_median_s if chosen is not None else None
         energy_per_call = _energy_of(m, energy)
         roof = None
-        if peaks is not None and cfg.kind != "opaque":
+        if peaks is not None and cfg.form != "opaque":
             roof = peaks.bound_s(cfg.flops, cfg.bytes)
         records.append(
             {
                 "key": cfg.key,
                 "op": cfg.op,
-                "kind": cfg.kind,
+                "form": cfg.form,
                 "inputs": " ".join("x".join(map(str, t["shape"])) for t in cfg.inputs),
                 "count": link.count,
                 "flops": cfg.flops,
@@ -221,7 +221,7 @@ def estimate_model(
     total_time = float(configs["time_s"].sum(skipna=True)) if len(configs) else 0.0
     configs["time_share"] = configs["time_s"] / total_time if total_time > 0 else math.nan
     configs = configs[CONFIG_COLUMNS]
-    measurable = configs[configs["kind"] != "opaque"]
+    measurable = configs[configs["form"] != "opaque"]
     counted = measurable["count"].sum()
     coverage = (
         float(measurable.loc[measurable["measured"], "count"].sum() / counted) if counted else 0.0
@@ -257,7 +257,7 @@ def estimate_model(
     unmeasured = list(measurable.loc[~measurable["measured"], "key"])
     if unmeasured:
         notes.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
-    opaque = int((configs["kind"] == "opaque").sum())
+    opaque = int((configs["form"] == "opaque").sum())
     if opaque:
         notes.append(f"{opaque} opaque configurations cannot be measured and are left out")
     if energy_total is None and len(energies):
@@ -301,7 +301,7 @@ def _between_ops(run: Figure | None, configs: pd.DataFrame) -> float | None:
     """Hollow run − Σ count × per-call of the functional operators, in s (None if unknown)."""
     if run is None or run.hollow_time_s is None:
         return None
-    functional = configs[configs["kind"] == "function"]
+    functional = configs[configs["form"] == "function"]
     if not bool(functional["measured"].all()):
         return None
     return run.hollow_time_s - float(functional["time_s"].sum())

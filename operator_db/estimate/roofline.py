@@ -139,7 +139,7 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
     """
     reference = measured or spec
     rows: list[dict[str, Any]] = []
-    cfgs = est.configs[est.configs["kind"] != "opaque"]
+    cfgs = est.configs[est.configs["form"] != "opaque"]
     for r in cfgs.itertuples():
         flops = float(r.flops or 0)
         nbytes = float(r.bytes or 0)

@@ -253,7 +253,7 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
             mc.config.id,
             mc.count,
             mc.locations,
-            mc.config.kind,
+            mc.config.form,
             mc.config.flops,
             mc.config.flops_backward,
             mc.config.params,
@@ -267,7 +267,7 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
         run_kinds.setdefault(model_id, []).append(kind_id)
     totals: dict[int, dict[str, float]] = {}
     per_kind: dict[tuple[int, int], list[float]] = {}  # [time, measured calls, measurable calls]
-    for model_id, config_id, count, locations, op_kind, flops, flops_bwd, params in links:
+    for model_id, config_id, count, locations, form, flops, flops_bwd, params in links:
         t = totals.setdefault(
             model_id, {"flops": 0, "flops_backward": 0, "has_backward": 0, "params": 0}
         )
@@ -276,7 +276,7 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
             t["flops_backward"] += count * flops_bwd
             t["has_backward"] = 1
         t["params"] += params * _unique_calls(count, locations)
-        if op_kind == "opaque":
+        if form == "opaque":
             continue
         for kind_id in run_kinds[model_id]:
             acc = per_kind.setdefault((model_id, kind_id), [0.0, 0.0, 0.0])
@@ -568,7 +568,7 @@ def inference_twins(session: Session, configs: Sequence[OperatorConfig]) -> dict
     """
     keys: dict[str, int] = {}
     for cfg in configs:
-        if cfg.kind == "opaque":
+        if cfg.form == "opaque":
             continue
         try:
             keys[operator_key(queries.config_spec(cfg), "inference")] = cfg.id
@@ -635,10 +635,10 @@ def forward_backward(
         measured_kinds = [
             k for k in kinds if (cfg.id, k) in times or (twin is not None and (twin, k) in times)
         ]
-        if cfg.kind == "opaque" or not measured_kinds:
+        if cfg.form == "opaque" or not measured_kinds:
             status = (
                 "opaque"
-                if cfg.kind == "opaque"
+                if cfg.form == "opaque"
                 else ("no inference twin" if twin is None else "not measured")
             )
             records.append(
@@ -694,7 +694,7 @@ def _fb_models(links: Sequence[Any], rows: pd.DataFrame) -> pd.DataFrame:
     """Sum count × per-call FLOPs and times per (training model, device kind)."""
     records = []
     for name, group in rows.groupby("model", sort=True):
-        measurable = [link for link in links if link[0] == name and link[3].kind != "opaque"]
+        measurable = [link for link in links if link[0] == name and link[3].form != "opaque"]
         calls = sum(link[1] for link in measurable)
         per_config = group[group["status"] != "opaque"].drop_duplicates("key")
         both = per_config[

@@ -76,7 +76,9 @@ class Entry:
 @dataclass
 class _Frame:
     name: str
-    kind: Literal["container", "module", "opaque", "traced", "nested"]
+    role: Literal["container", "module", "opaque", "traced", "nested"]
+    """What the module is to the harvest: a container, a leaf recorded as a module or opaque, a
+    custom leaf traced into its calls, or a module called inside a leaf (nested)."""
     plan: Rebuildable | NotRebuildable | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
     call: CallSpec | None = None
@@ -234,8 +236,8 @@ class Recorder:
                 self._stack.append(_Frame(name, "nested"))
                 return
             plan = self._plan(module)
-            frame = _Frame(name, plan.kind, plan.plan)
-            if frame.kind in ("module", "opaque"):
+            frame = _Frame(name, plan.role, plan.plan)
+            if frame.role in ("module", "opaque"):
                 self._leaf_depth += 1
                 with torch._C.DisableTorchFunction():
                     try:
@@ -243,15 +245,15 @@ class Recorder:
                     except _SkipError as exc:
                         frame.skip = str(exc)
                     except EncodingError as exc:
-                        if frame.kind == "module":  # a torch.nn leaf called with exotic arguments
-                            frame.kind = "opaque"
+                        if frame.role == "module":  # a torch.nn leaf called with exotic arguments
+                            frame.role = "opaque"
                             frame.plan = NotRebuildable(f"call arguments: {exc}")
                         frame.inputs = self._tensor_inputs(args, kwargs, frame)
                         frame.call = None
             self._stack.append(frame)
         finally:
             self._busy -= 1
-        if frame.kind == "opaque" and frame.skip is None:
+        if frame.role == "opaque" and frame.skip is None:
             frame.tally = FlopTally()
             frame.tally.__enter__()
 
@@ -271,7 +273,7 @@ class Recorder:
         frame = self._stack.pop()
         if frame.tally is not None:
             frame.tally.__exit__(None, None, None)
-        if frame.kind not in ("module", "opaque"):
+        if frame.role not in ("module", "opaque"):
             return
         self._leaf_depth -= 1
         with torch._C.DisableTorchFunction():
@@ -283,8 +285,8 @@ class Recorder:
             except _SkipError as exc:
                 self._skip(str(exc))
                 return
-            if isinstance(frame.plan, Rebuildable) and frame.kind == "module":
-                op = OperatorSpec(op=frame.plan.op, kind="module", args=frame.plan.args,
+            if isinstance(frame.plan, Rebuildable) and frame.role == "module":
+                op = OperatorSpec(op=frame.plan.op, form="module", args=frame.plan.args,
                                   dtype=frame.plan.dtype,  # type: ignore[arg-type]
                                   inputs=frame.inputs, call=frame.call, outputs=outputs)
                 self._add(op, frame.name)
@@ -296,7 +298,7 @@ class Recorder:
             if module.extra_repr():
                 opaque_args["extra_repr"] = module.extra_repr()
             op = OperatorSpec(op=_opaque_name(f"{cls.__module__}.{cls.__qualname__}"),
-                              kind="opaque", args=opaque_args, inputs=frame.inputs,
+                              form="opaque", args=opaque_args, inputs=frame.inputs,
                               call=frame.call, outputs=outputs)
             reason = frame.plan.reason if isinstance(frame.plan, NotRebuildable) else "custom"
             live = None
@@ -354,7 +356,7 @@ class Recorder:
             outputs = [] if setitem else _outputs(out)
             if encoded is not None and name is not None:
                 inputs, call = encoded
-                op = OperatorSpec(op=name, kind="function", inputs=inputs, call=call,
+                op = OperatorSpec(op=name, form="function", inputs=inputs, call=call,
                                   outputs=outputs)
                 self._add(op, location)
                 return
@@ -368,7 +370,7 @@ class Recorder:
         else:
             label = name or (f"{getattr(func, '__module__', None) or 'unknown'}."
                              f"{getattr(func, '__qualname__', None) or 'function'}")
-        op = OperatorSpec(op=_opaque_name(label), kind="opaque",
+        op = OperatorSpec(op=_opaque_name(label), form="opaque",
                           args={"arguments": _describe_args(args, kwargs)},
                           inputs=inputs, outputs=outputs)
         self._add(op, location, reason=problem, live=live)

@@ -174,7 +174,7 @@ def _finish(entry: Entry, mode: Mode, warnings: list[str],
     """Fill in an entry's count, locations and costs (rebuilding it; live for opaque ones)."""
     op = entry.op
     update: dict[str, Any] = {"count": entry.count, "locations": entry.locations}
-    if op.kind != "opaque":
+    if op.form != "opaque":
         cost: OpCost | None = None
         reason: str | None = None
         try:
@@ -193,7 +193,7 @@ def _finish(entry: Entry, mode: Mode, warnings: list[str],
             warnings.append(f"{op.op}: no FLOP rule for {', '.join(sorted(cost.unclassified))}")
         if cost is None or reason is not None:
             opaque.append(OpaqueOp(op.op, entry.locations, entry.count, reason or "unknown"))
-            return op.model_copy(update={**update, "kind": "opaque"})
+            return op.model_copy(update={**update, "form": "opaque"})
         update |= {"flops": cost.flops, "flop_rule": cost.flop_rule, "bytes": cost.bytes,
                    "params": cost.params}
         if mode == "training":

@@ -264,7 +264,7 @@ def measure_peaks(
         copy = _measure_copy(nbytes, dev, timer, min_time_s, repeats)
     return MeasuredPeaks(
         kind_name=identity.name,
-        device_type=identity.kind,
+        device_type=identity.device_type,
         matmul=matmul,
         copy=copy,
         skipped=skipped,

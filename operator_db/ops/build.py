@@ -207,11 +207,11 @@ def build_op(
         OperatorBuildError: the module cannot be constructed or its arguments decoded.
     """
     dev = torch.device(device)
-    if op.kind == "opaque":
+    if op.form == "opaque":
         raise UnknownOperatorError(f"operator {op.op!r} is opaque: it was recorded, not rebuilt")
     module: nn.Module | None = None
     try:
-        if op.kind == "module":
+        if op.form == "module":
             cls = resolve_module(op.op)
             ctor = {k: decode_value(v, _no_tensor, dev) for k, v in op.args.items()}
             with torch.device(dev):

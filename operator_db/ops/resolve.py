@@ -82,7 +82,7 @@ def _function_allowed(name: str) -> bool:
 
 @functools.cache
 def resolve_function(name: str) -> Callable[..., Any]:
-    """Return the function a ``kind: function`` operator names.
+    """Return the function a ``form: function`` operator names.
 
     Raises:
         UnknownOperatorError: the name does not resolve, or lies outside the allow-list.
@@ -100,7 +100,7 @@ def resolve_function(name: str) -> Callable[..., Any]:
 
 @functools.cache
 def resolve_module(name: str) -> type[nn.Module]:
-    """Return the ``torch.nn`` module class a ``kind: module`` operator names.
+    """Return the ``torch.nn`` module class a ``form: module`` operator names.
 
     Raises:
         UnknownOperatorError: the name does not resolve to a ``torch.nn`` module class.

@@ -16,7 +16,7 @@ from pydantic_core import ErrorDetails
 
 from operator_db.errors import SpecError
 from operator_db.specs.keys import operator_key, spec_content_hash
-from operator_db.specs.schema import SUPPORTED_SPEC_VERSIONS, Spec
+from operator_db.specs.schema import SPEC_VERSION, SUPPORTED_SPEC_VERSIONS, Spec
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -108,6 +108,25 @@ class LoadedSpec:
     keys: tuple[str, ...]
 
 
+def upgrade_spec_data(data: dict[str, Any]) -> dict[str, Any]:
+    """Return parsed spec data in the current format: a version-1 spec's operators get ``form``.
+
+    Version 1 called an operator's form ``kind``; anything else is returned as it is (validation
+    reports what is wrong with it).
+    """
+    if data.get("spec_version") != 1:
+        return data
+    upgraded = {**data, "spec_version": SPEC_VERSION}
+    if isinstance(data.get("operators"), list):
+        upgraded["operators"] = [
+            {("form" if k == "kind" else k): v for k, v in op.items()}
+            if isinstance(op, dict)
+            else op
+            for op in data["operators"]
+        ]
+    return upgraded
+
+
 def parse_spec(data: object, source: str) -> LoadedSpec:
     """Validate already-parsed YAML/JSON data as a spec.
 
@@ -125,7 +144,7 @@ def parse_spec(data: object, source: str) -> LoadedSpec:
             + ", ".join(str(v) for v in SUPPORTED_SPEC_VERSIONS),
         )
     try:
-        spec = Spec.model_validate(data)
+        spec = Spec.model_validate(upgrade_spec_data(data))
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]

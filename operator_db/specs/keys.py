@@ -20,11 +20,12 @@ def canonical_operator(op: OperatorSpec, mode: Mode) -> dict[str, Any]:
     """Return the canonical form that identifies a configuration: what is run, on what, how.
 
     Counts, FLOPs, bytes, outputs and locations are derived or model-specific and left out, so the
-    same Conv2d seen in two models has one key.
+    same Conv2d seen in two models has one key. The form keeps its spec-version-1 name, ``kind``:
+    stored keys are identities and must not change with the format's field names.
     """
     return {
         "op": op.op,
-        "kind": op.kind,
+        "kind": op.form,
         "args": op.args,
         "dtype": op.dtype,
         "inputs": [[list(t.shape), t.dtype] for t in op.inputs],
@@ -42,10 +43,18 @@ def spec_content_hash(spec: Spec) -> str:
     """Return a SHA-256 (hex) of what a spec says about its model: model and operators.
 
     Provenance and the ``processed`` marker are not content: re-harvesting the same model on another
-    day yields the same hash.
+    day yields the same hash. Fields are hashed under their spec-version-1 names, so that a model
+    stored before version 2 is not seen as changed.
     """
     body = {
         "model": spec.model.model_dump(mode="json"),
-        "operators": [op.model_dump(mode="json", exclude={"key"}) for op in spec.operators],
+        "operators": [
+            _v1_names(op.model_dump(mode="json", exclude={"key"})) for op in spec.operators
+        ],
     }
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def _v1_names(op: dict[str, Any]) -> dict[str, Any]:
+    """Return an operator's dumped fields with ``form`` under its version-1 name, ``kind``."""
+    return {("kind" if name == "form" else name): value for name, value in op.items()}

@@ -12,10 +12,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-SPEC_VERSION = 1
-"""The spec format version this code reads and writes."""
+SPEC_VERSION = 2
+"""The spec format version this code writes. Version 2 renamed an operator's ``kind`` to
+``form``; version 1 files are read and upgraded (``operator_db.specs.io.upgrade_spec_data``)."""
 
-SUPPORTED_SPEC_VERSIONS = (SPEC_VERSION,)
+SUPPORTED_SPEC_VERSIONS = (1, SPEC_VERSION)
 
 DType = Literal[
     "float64",
@@ -66,7 +67,9 @@ OpName = Annotated[
 ]
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+@-]*$", max_length=200)]
 Mode = Literal["inference", "training"]
-OpKind = Literal["module", "function", "opaque"]
+OpForm = Literal["module", "function", "opaque"]
+"""How an operator is run: a ``module`` (a torch.nn leaf rebuilt from its constructor arguments),
+a ``function`` (a functional call), or ``opaque`` (a leaf that cannot be rebuilt: not measured)."""
 
 
 class _Strict(BaseModel):
@@ -150,7 +153,7 @@ class OperatorSpec(_Strict):
     """One distinct operator configuration of a model and how often the model runs it."""
 
     op: OpName = Field(description="Dotted name: torch.nn.Conv2d, torch.nn.functional.relu, ...")
-    kind: OpKind = Field(description="module (rebuilt from args), function, or opaque.")
+    form: OpForm = Field(description="module (rebuilt from args), function, or opaque.")
     args: dict[str, JsonValue] = Field(
         default_factory=dict, description="Constructor arguments of a module."
     )

@@ -162,7 +162,7 @@ class Worker:
         ident = self.device.identity()
         update_period = self.device.counter_update_period_s()
         with self.store.transaction() as session:
-            kind = queries.get_or_create_device_kind(session, ident.name, ident.kind)
+            kind = queries.get_or_create_device_kind(session, ident.name, ident.device_type)
             kind.vendor = ident.vendor
             kind.architecture = ident.architecture
             kind.memory_bytes = ident.memory_bytes

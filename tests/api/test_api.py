@@ -26,7 +26,7 @@ def client(db_url: str) -> Iterator[TestClient]:
 
 def test_health(client: TestClient) -> None:
     body = client.get("/health").json()
-    assert body["status"] == "ok" and body["revision"] == "0002"
+    assert body["status"] == "ok" and body["revision"] == "0003"
 
 
 def test_upload_then_read(client: TestClient) -> None:

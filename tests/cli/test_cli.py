@@ -13,10 +13,14 @@ import yaml
 from sqlalchemy import inspect
 
 from operator_db.db.engine import make_engine
+from operator_db.db.migrate import head_revision
 from operator_db.db.queries import row_counts
 from operator_db.db.store import Store
 from tests.conftest import POSTGRES_URL
 from tests.helpers import EXAMPLE_SPECS, FAST_MEASURE, linear_op, run_cli, snapshot, spec_dict
+
+HEAD = head_revision()
+"""The newest migration: what every command expects."""
 
 
 def counts_of(url: str) -> dict[str, int]:
@@ -175,7 +179,7 @@ def test_postgres_behind_head_is_not_migrated_silently(
     url = next(request.getfixturevalue("postgres_fresh"))
     result = run_cli(capsys, "ingest", str(EXAMPLE_SPECS), "--db", url)
     assert result.code == 1
-    assert "is empty, the code expects 0002: run `opdb db upgrade`" in result.err
+    assert f"is empty, the code expects {HEAD}: run `opdb db upgrade`" in result.err
     engine = make_engine(url)
     assert inspect(engine).get_table_names() == []
     engine.dispose()
@@ -198,7 +202,7 @@ def test_sqlite_default_is_created_and_upgraded_on_first_use(
     for made in ("demo-mlp.yaml", "roofline.png", "report/report.md"):
         assert (tmp_path / "out" / made).stat().st_size > 0, made
     status = run_cli(capsys, "db", "status")
-    assert "revision: 0002 (code expects 0002)" in status.out
+    assert f"revision: {HEAD} (code expects {HEAD})" in status.out
     again = run_cli(capsys, *args)
     assert again.code == 0, again.err
     assert "unchanged" in again.out
@@ -223,7 +227,7 @@ def test_db_downgrade_and_upgrade(capsys: pytest.CaptureFixture[str], db_url: st
     assert set(inspect(engine).get_table_names()) == {"alembic_version"}
     engine.dispose()
     up = run_cli(capsys, "db", "upgrade", "--db", db_url)
-    assert up.code == 0 and "at revision 0002" in up.out
+    assert up.code == 0 and f"at revision {HEAD}" in up.out
 
 
 def test_usage_error_and_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from operator_db.db.engine import make_engine
 from operator_db.db.migrate import current_revision, downgrade, head_revision, upgrade
@@ -64,5 +68,34 @@ def test_named_constraints_and_lookup_indexes(db_url: str) -> None:
         }
         uniques = {uc["name"] for uc in inspector.get_unique_constraints("operator_configs")}
         assert uniques == {"uq_operator_configs_key"}
+    finally:
+        engine.dispose()
+
+
+def test_0003_renames_kind_to_form_and_keeps_rows(empty_db_url: str) -> None:
+    """A configuration stored before 0003 keeps its form; the CHECK follows the new name."""
+    engine = make_engine(empty_db_url)
+    row = {"k": "k" * 64, "now": datetime(2026, 1, 1, tzinfo=UTC)}
+    insert = (
+        "INSERT INTO operator_configs (key, op, {col}, mode, args, inputs, outputs, params, "
+        "created_at) VALUES (:k, 'torch.nn.ReLU', '{form}', 'inference', '{{}}', '[]', '[]', 0, "
+        ":now)"
+    )
+    try:
+        upgrade(engine, "0002")
+        with engine.begin() as conn:
+            conn.execute(text(insert.format(col="kind", form="module")), row)
+        upgrade(engine)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT form FROM operator_configs")).scalars().all() == [
+                "module"
+            ]
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(text(insert.format(col="form", form="lambda")), {**row, "k": "j" * 64})
+        downgrade(engine, "0002")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT kind FROM operator_configs")).scalars().all() == [
+                "module"
+            ]
     finally:
         engine.dispose()

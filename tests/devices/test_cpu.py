@@ -78,7 +78,7 @@ def test_identity(cpuinfo: Path, powercap: Path) -> None:
     with CpuDevice(cpuinfo=cpuinfo, powercap_root=powercap) as cpu:
         ident = cpu.identity()
         assert cpu.kind_name() == "cpu:AMD EPYC 7B13 64-Core Processor"
-        assert ident.kind == "cpu"
+        assert ident.device_type == "cpu"
         assert ident.vendor == "AMD"
         assert ident.device_id == "cpu"
         assert ident.extra["rapl_zones"] == [

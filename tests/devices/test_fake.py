@@ -24,7 +24,9 @@ def test_identity_and_torch_device(clock: ManualClock) -> None:
     with make(clock) as fake:
         ident = fake.identity()
         assert fake.kind_name() == "fake:FakeGPU"
-        assert (ident.kind, ident.vendor, ident.device_id) == ("fake", "operator-db", "fake-0")
+        assert (ident.device_type, ident.vendor, ident.device_id) == (
+            "fake", "operator-db", "fake-0"
+        )
         assert fake.torch_device() == torch.device("cpu")
         assert fake.power_scope() == "fake"
     assert fake.closed

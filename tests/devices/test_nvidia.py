@@ -158,7 +158,7 @@ def test_identity(nvml: Any) -> None:
     with NvidiaDevice(0, nvml=nvml) as gpu:
         ident = gpu.identity()
         assert gpu.kind_name() == "NVIDIA H100 80GB HBM3"
-        assert ident.kind == "gpu"
+        assert ident.device_type == "gpu"
         assert ident.vendor == "NVIDIA"
         assert ident.device_id == "GPU-01234567-89ab-cdef-0123-456789abcdef"
         assert ident.architecture == "Hopper"

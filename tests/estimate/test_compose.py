@@ -19,7 +19,7 @@ from operator_db.specs import parse_spec
 from tests.helpers import linear_op, relu_op, result_row, spec_dict
 
 KIND = "fake:FakeGPU"
-OPAQUE = {"op": "my.Custom", "kind": "opaque", "inputs": [{"shape": [4, 32]}], "count": 1}
+OPAQUE = {"op": "my.Custom", "form": "opaque", "inputs": [{"shape": [4, 32]}], "count": 1}
 
 
 def setup(store: Store, *, measure_relu: bool = True) -> None:
@@ -149,7 +149,7 @@ def _between_setup(store: Store, kind_name: str, *, hollow: float | None,
     """Model 'glue': Linear once (1 ms), torch.relu as a function 3 times (0.1 ms each)."""
     relu_fn = {
         "op": "torch.relu",
-        "kind": "function",
+        "form": "function",
         "inputs": [{"shape": [4, 32], "dtype": "float32"}],
         "call": {"args": [{"tensor": 0}]},
         "outputs": [{"shape": [4, 32], "dtype": "float32"}],

@@ -89,7 +89,7 @@ def test_estimate_command(store: Store, db_url: str, capsys: pytest.CaptureFixtu
     assert data["time_error"] == pytest.approx(-0.1 / 1.5)
     assert [r["op"] for r in data["by_op"]][:2] == ["torch.nn.Linear", "torch.nn.ReLU"]
     csv = run_cli(capsys, "estimate", "toy", "--csv", "--db", db_url)
-    assert csv.out.splitlines()[0].startswith("key,op,kind,inputs,count")
+    assert csv.out.splitlines()[0].startswith("key,op,form,inputs,count")
     assert len(csv.out.strip().splitlines()) == 4
     missing = run_cli(capsys, "estimate", "toy", "--device-kind", "cpu:none", "--db", db_url)
     assert missing.code == 1 and "no device kind 'cpu:none'" in missing.err

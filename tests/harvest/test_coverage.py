@@ -38,7 +38,7 @@ def test_spec_flops_equal_flop_counter_mode_on_the_whole_model(
     assert_no_double_counting(result.spec)
     # Every leaf module ran is in the spec once per call: none is missing, none counted twice.
     leaves = {name for name, m in model.named_modules() if next(m.children(), None) is None}
-    recorded = [loc for op in result.spec.operators if op.kind == "module"
+    recorded = [loc for op in result.spec.operators if op.form == "module"
                 for loc in op.locations]
     assert len(recorded) == len(set(recorded))
     assert set(recorded) <= leaves

@@ -26,10 +26,10 @@ def meta_flop_counter(model: nn.Module, *args: torch.Tensor) -> int:
 
 def assert_no_double_counting(spec: Spec) -> None:
     """No functional call is recorded inside a leaf module that is recorded whole."""
-    leaves = {loc for op in spec.operators if op.kind in ("module", "opaque")
+    leaves = {loc for op in spec.operators if op.form in ("module", "opaque")
               and not op.op.startswith("torch.ops.") for loc in op.locations}
     for op in spec.operators:
-        if op.kind == "function":
+        if op.form == "function":
             for loc in op.locations:
                 assert not any(loc == leaf or loc.startswith(leaf + ".") for leaf in leaves), (
                     f"{op.op} recorded inside leaf {loc}")
@@ -38,7 +38,7 @@ def assert_no_double_counting(spec: Spec) -> None:
 def assert_round_trip(spec: Spec) -> None:
     """Every configuration rebuilds from the spec alone, runs on the CPU, gives its outputs."""
     for op in spec.operators:
-        if op.kind == "opaque":
+        if op.form == "opaque":
             continue
         out = build_op(op, mode=spec.model.mode, device="cpu").run()
         assert [(t.shape, t.dtype) for t in output_specs(out)] == [
@@ -52,7 +52,7 @@ def mixed() -> HarvestResult:
 
 def test_modules_and_functional_calls_between_them_are_recorded(mixed: HarvestResult) -> None:
     blocks = ["blocks.0", "blocks.1"]
-    assert [(op.op, op.kind, op.count, op.locations) for op in mixed.spec.operators] == [
+    assert [(op.op, op.form, op.count, op.locations) for op in mixed.spec.operators] == [
         ("torch.nn.Conv2d", "module", 1, ["stem"]),
         ("torch.Tensor.flatten", "function", 1, [""]),
         ("torch.Tensor.transpose", "function", 1, [""]),
@@ -127,7 +127,7 @@ def test_every_configuration_rebuilds_and_runs_on_the_cpu(mixed: HarvestResult) 
 def test_custom_leaf_with_weights_is_opaque_and_reported(mixed: HarvestResult) -> None:
     assert mixed.opaque == [OpaqueOp("tests.harvest.models.Scale", ["scale"], 1,
                                      "tests.harvest.models.Scale is not a torch.nn class")]
-    scale = next(op for op in mixed.spec.operators if op.kind == "opaque")
+    scale = next(op for op in mixed.spec.operators if op.form == "opaque")
     assert scale.args == {"state": {"weight": [32]}}
     assert (scale.flops, scale.flop_rule, scale.params) == (2 * 64 * 32, "elementwise", 32)
     assert scale.bytes == 4 * (2 * 2 * 64 * 32 + 32)  # input, output, weight
@@ -151,7 +151,7 @@ def test_training_mode_counts_backward_flops() -> None:
     assert result.spec.model.mode == "training"
     head = next(op for op in result.spec.operators if op.locations == ["head"])
     assert head.flops_backward == 2 * head.flops  # type: ignore[operator]
-    rebuilt = [op for op in result.spec.operators if op.kind != "opaque"]
+    rebuilt = [op for op in result.spec.operators if op.form != "opaque"]
     assert all(op.flops_backward is not None for op in rebuilt)
     assert result.flops_backward > result.flops
     assert_round_trip(result.spec)
@@ -282,7 +282,7 @@ def test_calls_outside_the_allow_list_are_opaque_with_their_cost() -> None:
 
     result = harvest(Aten(), TensorSpec(shape=[4, 4]))
     (op,) = result.spec.operators
-    assert (op.op, op.kind, op.flops, op.flop_rule) == ("torch.ops.aten.mm", "opaque",
+    assert (op.op, op.form, op.flops, op.flop_rule) == ("torch.ops.aten.mm", "opaque",
                                                          2 * 4 * 4 * 4, "matmul")
     assert result.opaque == [OpaqueOp("torch.ops.aten.mm", [""], 1,
                                       "not an allowed torch function")]

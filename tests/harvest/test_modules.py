@@ -41,7 +41,7 @@ MODULES = [
 def test_torch_nn_modules_are_rebuilt_generically(module: nn.Module) -> None:
     found = constructor_args(module)
     assert isinstance(found, Rebuildable), found
-    spec = OperatorSpec(op=found.op, kind="module", args=found.args,
+    spec = OperatorSpec(op=found.op, form="module", args=found.args,
                         dtype=found.dtype)  # type: ignore[arg-type]
     rebuilt = build_op(spec, device="meta").module
     assert type(rebuilt) is type(module)

@@ -14,7 +14,7 @@ def op(**fields: Any) -> OperatorSpec:
     return OperatorSpec.model_validate(fields)
 
 
-LINEAR = op(op="torch.nn.Linear", kind="module", dtype="float32",
+LINEAR = op(op="torch.nn.Linear", form="module", dtype="float32",
             args={"in_features": 16, "out_features": 8, "bias": True},
             inputs=[{"shape": [4, 16]}], outputs=[{"shape": [4, 8]}])
 
@@ -40,7 +40,7 @@ def test_inputs_are_seeded() -> None:
 
 
 def test_dtype_replaces_floating_inputs_and_parameters_only() -> None:
-    spec = op(op="torch.nn.Embedding", kind="module", dtype="float32",
+    spec = op(op="torch.nn.Embedding", form="module", dtype="float32",
               args={"num_embeddings": 10, "embedding_dim": 4}, inputs=[{"shape": [2, 3],
                                                                          "dtype": "int64"}])
     built = build_op(spec, dtype=torch.bfloat16)
@@ -50,7 +50,7 @@ def test_dtype_replaces_floating_inputs_and_parameters_only() -> None:
 
 
 def test_embedding_indices_stay_below_num_embeddings_without_a_range() -> None:
-    spec = op(op="torch.nn.Embedding", kind="module", dtype="float32",
+    spec = op(op="torch.nn.Embedding", form="module", dtype="float32",
               args={"num_embeddings": 7, "embedding_dim": 4},
               inputs=[{"shape": [64, 64], "dtype": "int64"}])
     built = build_op(spec)
@@ -58,7 +58,7 @@ def test_embedding_indices_stay_below_num_embeddings_without_a_range() -> None:
 
 
 def test_integer_inputs_are_drawn_in_their_value_range() -> None:
-    spec = op(op="torch.Tensor.add", kind="function",
+    spec = op(op="torch.Tensor.add", form="function",
               inputs=[{"shape": [1000], "dtype": "int32", "value_range": [5, 9]}],
               call={"args": [{"tensor": 0}, 1]})
     values = build_op(spec).inputs[0]
@@ -67,7 +67,7 @@ def test_integer_inputs_are_drawn_in_their_value_range() -> None:
 
 
 def test_integer_index_without_range_is_valid_for_the_indexed_operand() -> None:
-    spec = op(op="torch.nn.functional.embedding", kind="function",
+    spec = op(op="torch.nn.functional.embedding", form="function",
               inputs=[{"shape": [4, 5], "dtype": "int64"}, {"shape": [3, 8]}])
     built = build_op(spec)
     assert int(built.inputs[0].max()) < 3
@@ -75,7 +75,7 @@ def test_integer_index_without_range_is_valid_for_the_indexed_operand() -> None:
 
 
 def test_function_with_strided_input_keeps_its_layout() -> None:
-    spec = op(op="torch.Tensor.contiguous", kind="function", inputs=[{"shape": [4, 6]}],
+    spec = op(op="torch.Tensor.contiguous", form="function", inputs=[{"shape": [4, 6]}],
               call={"args": [{"strided": {"tensor": 0}, "stride": [1, 4]}]})
     built = build_op(spec)
     assert built.inputs[0].stride() == (1, 4)
@@ -85,7 +85,7 @@ def test_function_with_strided_input_keeps_its_layout() -> None:
 
 
 def test_expanded_input_with_zero_stride() -> None:
-    spec = op(op="torch.Tensor.sum", kind="function", inputs=[{"shape": [8, 5]}],
+    spec = op(op="torch.Tensor.sum", form="function", inputs=[{"shape": [8, 5]}],
               call={"args": [{"strided": {"tensor": 0}, "stride": [0, 1]}, -1]})
     built = build_op(spec)
     assert built.inputs[0].stride() == (0, 1)
@@ -93,14 +93,14 @@ def test_expanded_input_with_zero_stride() -> None:
 
 
 def test_factory_functions_allocate_on_the_target_device() -> None:
-    spec = op(op="torch.arange", kind="function", call={"args": [5]},
+    spec = op(op="torch.arange", form="function", call={"args": [5]},
               outputs=[{"shape": [5], "dtype": "int64"}])
     assert build_op(spec, device="meta").run().device.type == "meta"
     assert torch.equal(build_op(spec).run(), torch.arange(5))
 
 
 def test_device_arguments_decode_to_the_target_device() -> None:
-    spec = op(op="torch.zeros", kind="function",
+    spec = op(op="torch.zeros", form="function",
               call={"args": [2, 3], "kwargs": {"device": {"device": "target"}}})
     assert build_op(spec, device="meta").run().device.type == "meta"
 
@@ -117,7 +117,7 @@ def test_training_runs_forward_and_backward_without_accumulating_grads() -> None
 
 
 def test_in_place_ops_in_training_work_on_a_fresh_clone() -> None:
-    spec = op(op="torch.Tensor.add_", kind="function",
+    spec = op(op="torch.Tensor.add_", form="function",
               inputs=[{"shape": [3, 3]}, {"shape": [3, 3]}])
     built = build_op(spec, mode="training")
     assert built.cloned_inputs == (0,)
@@ -128,7 +128,7 @@ def test_in_place_ops_in_training_work_on_a_fresh_clone() -> None:
 
 
 def test_in_place_modules_in_inference_reuse_their_inputs() -> None:
-    spec = op(op="torch.nn.ReLU", kind="module", args={"inplace": True}, inputs=[{"shape": [10]}])
+    spec = op(op="torch.nn.ReLU", form="module", args={"inplace": True}, inputs=[{"shape": [10]}])
     built = build_op(spec)
     out = built.run()
     assert out.data_ptr() == built.inputs[0].data_ptr()
@@ -137,15 +137,15 @@ def test_in_place_modules_in_inference_reuse_their_inputs() -> None:
 
 def test_opaque_and_unknown_ops_are_refused_in_one_line() -> None:
     with pytest.raises(UnknownOperatorError, match="opaque"):
-        build_op(op(op="mypkg.Block", kind="opaque"))
+        build_op(op(op="mypkg.Block", form="opaque"))
     with pytest.raises(UnknownOperatorError, match="not an allowed operator"):
-        build_op(op(op="os.system", kind="function", call={"args": ["echo hi"]}))
+        build_op(op(op="os.system", form="function", call={"args": ["echo hi"]}))
     with pytest.raises(UnknownOperatorError, match="not a torch.nn class"):
-        build_op(op(op="mypkg.Block", kind="module"))
+        build_op(op(op="mypkg.Block", form="module"))
 
 
 def test_bad_constructor_arguments_are_one_line_errors() -> None:
-    spec = op(op="torch.nn.Linear", kind="module", args={"in_features": 3, "colour": "red"},
+    spec = op(op="torch.nn.Linear", form="module", args={"in_features": 3, "colour": "red"},
               inputs=[{"shape": [1, 3]}])
     with pytest.raises(OperatorBuildError) as info:
         build_op(spec)
@@ -155,7 +155,7 @@ def test_bad_constructor_arguments_are_one_line_errors() -> None:
 
 
 def test_constructor_arguments_cannot_refer_to_tensors() -> None:
-    spec = op(op="torch.nn.Linear", kind="module", args={"in_features": {"tensor": 0}},
+    spec = op(op="torch.nn.Linear", form="module", args={"in_features": {"tensor": 0}},
               inputs=[{"shape": [1, 3]}])
     with pytest.raises(OperatorBuildError, match="cannot refer to tensors"):
         build_op(spec)

@@ -78,7 +78,7 @@ def test_counter_rules_are_recognised() -> None:
 def test_linear_cost_matches_the_hand_written_example_spec() -> None:
     # measurement_specs/mlp-small-b8.yaml: Linear(784, 256) on [8, 784] float32.
     spec = OperatorSpec.model_validate(
-        {"op": "torch.nn.Linear", "kind": "module", "dtype": "float32",
+        {"op": "torch.nn.Linear", "form": "module", "dtype": "float32",
          "args": {"in_features": 784, "out_features": 256, "bias": True},
          "inputs": [{"shape": [8, 784]}]})
     cost = op_cost(spec)
@@ -92,7 +92,7 @@ def test_linear_cost_matches_the_hand_written_example_spec() -> None:
 
 def test_attention_on_meta_is_counted_as_its_matmuls() -> None:
     spec = OperatorSpec.model_validate(
-        {"op": "torch.nn.functional.scaled_dot_product_attention", "kind": "function",
+        {"op": "torch.nn.functional.scaled_dot_product_attention", "form": "function",
          "inputs": [{"shape": [1, 2, 16, 8]}] * 3})
     cost = op_cost(spec)
     assert (cost.flops, cost.flop_rule) == (2 * (2 * 2 * 16 * 16 * 8), "matmul")
@@ -101,7 +101,7 @@ def test_attention_on_meta_is_counted_as_its_matmuls() -> None:
 
 def test_an_op_that_needs_data_is_counted_on_the_cpu() -> None:
     spec = OperatorSpec.model_validate(
-        {"op": "torch.nonzero", "kind": "function", "inputs": [{"shape": [4, 4]}]})
+        {"op": "torch.nonzero", "form": "function", "inputs": [{"shape": [4, 4]}]})
     cost = op_cost(spec)
     assert cost.device == "cpu"
     assert cost.flop_rule == "none"

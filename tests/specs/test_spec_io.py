@@ -10,7 +10,14 @@ import pytest
 import yaml
 
 from operator_db.errors import SpecError
-from operator_db.specs import dump_spec, load_spec, load_spec_text, operator_key, parse_spec
+from operator_db.specs import (
+    SPEC_VERSION,
+    dump_spec,
+    load_spec,
+    load_spec_text,
+    operator_key,
+    parse_spec,
+)
 from operator_db.specs.io import expand_spec_paths, mark_processed
 from tests.helpers import EXAMPLE_SPECS, linear_op, spec_dict
 
@@ -89,21 +96,41 @@ def test_missing_field(tmp_path: Path) -> None:
 
 def test_unknown_spec_version(tmp_path: Path) -> None:
     data = spec_dict()
-    data["spec_version"] = 2
+    data["spec_version"] = 3
     assert error_of(tmp_path, data) == (
-        "resnet50.yaml: spec_version: unknown spec_version 2; this operator-db reads 1"
+        "resnet50.yaml: spec_version: unknown spec_version 3; this operator-db reads 1, 2"
     )
 
 
-def test_unknown_dtype_and_kind(tmp_path: Path) -> None:
+def test_version_1_specs_are_read_with_kind_as_form(tmp_path: Path) -> None:
+    """Version 1 named an operator's form ``kind``: such files still load, with the same keys and
+    content hash as their version-2 form (stored models and configurations stay identical)."""
+    current = spec_dict()
+    old = copy.deepcopy(current)
+    old["spec_version"] = 1
+    for op in old["operators"]:
+        op["kind"] = op.pop("form")
+    loaded_old, loaded_new = parse_spec(old, "old.yaml"), parse_spec(current, "new.yaml")
+    assert loaded_old.spec.spec_version == SPEC_VERSION == 2
+    assert [op.form for op in loaded_old.spec.operators] == [
+        op["kind"] for op in old["operators"]
+    ]
+    assert loaded_old.keys == loaded_new.keys
+    assert loaded_old.content_hash == loaded_new.content_hash
+    # A version-2 file must say form: kind is unknown there.
+    current["operators"][0]["kind"] = current["operators"][0].pop("form")
+    assert error_of(tmp_path, current).startswith("resnet50.yaml: operators[0]")
+
+
+def test_unknown_dtype_and_form(tmp_path: Path) -> None:
     data = spec_dict()
     data["operators"][0]["inputs"][0]["dtype"] = "float33"
     assert error_of(tmp_path, data).startswith(
         "resnet50.yaml: operators[0].inputs[0].dtype: must be one of 'float64', 'float32'"
     )
     data = spec_dict()
-    data["operators"][0]["kind"] = "lambda"
-    assert "operators[0].kind: must be one of 'module', 'function' or 'opaque', got 'lambda'" in (
+    data["operators"][0]["form"] = "lambda"
+    assert "operators[0].form: must be one of 'module', 'function' or 'opaque', got 'lambda'" in (
         error_of(tmp_path, data)
     )
 

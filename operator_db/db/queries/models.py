@@ -127,9 +127,9 @@ def models_configs(
             .order_by(ModelOperator.model_id, ModelOperator.position)
         )
         if measurable_only:
-            query = query.where(OperatorConfig.kind != "opaque")
+            query = query.where(OperatorConfig.form != "opaque")
         if form is not None:
-            query = query.where(OperatorConfig.kind == form)
+            query = query.where(OperatorConfig.form == form)
         for link, cfg in session.execute(query):
             out[link.model_id].append(
                 ModelConfig(cfg, link.count, link.position, [str(x) for x in link.locations])
@@ -150,7 +150,7 @@ class ModelOperatorRow:
 
     key: str
     op: str
-    kind: str
+    form: str
     inputs: list[dict[str, Any]]
     count: int
     flops: int | None
@@ -170,7 +170,7 @@ def model_operators(session: Session, name: str) -> list[ModelOperatorRow]:
         ModelOperatorRow(
             mc.config.key,
             mc.config.op,
-            mc.config.kind,
+            mc.config.form,
             list(mc.config.inputs),
             mc.count,
             mc.config.flops,
@@ -201,7 +201,7 @@ def config_spec(config: OperatorConfig) -> OperatorSpec:
     return OperatorSpec.model_validate(
         {
             "op": config.op,
-            "kind": config.kind,
+            "form": config.form,
             "args": config.args,
             "dtype": config.dtype,
             "inputs": config.inputs,
