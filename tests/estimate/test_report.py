@@ -16,6 +16,7 @@ from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
 from operator_db.errors import NotFoundError, OperatorDBError
 from operator_db.estimate import report as rep
+from operator_db.estimate.report import plots as report_plots
 from tests.estimate.test_studies import CPU, GPU, seed
 
 NOW = datetime(2025, 1, 2, 3, 4, tzinfo=UTC)
@@ -68,7 +69,7 @@ def test_html_report_for_one_kind(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Drawing is covered above; here a stub PNG keeps the test fast.
-    monkeypatch.setattr(rep, "_save", lambda fig, path: path.write_bytes(PNG_MAGIC))
+    monkeypatch.setattr(report_plots, "_save", lambda fig, path: path.write_bytes(PNG_MAGIC))
     seed(store)
     (tmp_path / "latency_vs_flops.png").write_bytes(b"stale")
     with store.transaction(read_only=True) as session:
@@ -131,7 +132,7 @@ def test_markdown_table_escapes() -> None:
 def test_missing_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(OperatorDBError, match=r"pip install 'operator-db\[plot\]'"):
-        rep._new_figure(4, 3)
+        rep.new_figure(4, 3)
 
 
 def test_cli(db_url: str, tmp_path: Path) -> None:

@@ -1,0 +1,61 @@
+"""Studies over whatever the database holds: batch size, complexity, rank correlation, backward.
+
+Every function takes ``session``, only reads, and returns pandas DataFrames (or a small dataclass
+of them). Units are in the column names: ``_s`` seconds, ``_j`` joules, ``_per_s`` per second,
+``flops`` FLOPs (never MACs), ``params`` parameter elements.
+
+Measured figures are the *latest eager* result per (target, device kind), as in
+:func:`operator_db.estimate.compose.estimate_model`: a full-model run gives a model's latency, an
+operator measurement gives a configuration's per-call time. Nothing missing is invented: a value
+that was not measured is NaN, and the notes of each study say what was left out and why.
+"""
+
+from operator_db.estimate.studies.backward import (
+    FB_CONFIG_COLUMNS,
+    FB_MODEL_COLUMNS,
+    ForwardBackwardStudy,
+    forward_backward,
+    inference_twins,
+)
+from operator_db.estimate.studies.correlation import (
+    CORRELATION_COLUMNS,
+    MIN_PAIRS,
+    CorrelationStudy,
+    correlation_study,
+    spearman,
+    spearman_matrix,
+)
+from operator_db.estimate.studies.models import (
+    BATCH_COLUMNS,
+    COMPLEXITY_COLUMNS,
+    MODEL_COLUMNS,
+    batch_study,
+    family_label,
+    family_names,
+    latency_vs_complexity,
+    model_table,
+    reference_text,
+)
+
+__all__ = [
+    "BATCH_COLUMNS",
+    "COMPLEXITY_COLUMNS",
+    "CORRELATION_COLUMNS",
+    "FB_CONFIG_COLUMNS",
+    "FB_MODEL_COLUMNS",
+    "MIN_PAIRS",
+    "MODEL_COLUMNS",
+    "CorrelationStudy",
+    "ForwardBackwardStudy",
+    "batch_study",
+    "correlation_study",
+    "family_label",
+    "family_names",
+    "forward_backward",
+    "inference_twins",
+    "latency_vs_complexity",
+    "model_table",
+    "reference_text",
+    "spearman",
+    "spearman_matrix",
+]

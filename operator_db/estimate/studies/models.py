@@ -1,0 +1,350 @@
+"""The model table and what is read off it: latency against batch size and against complexity.
+
+Every function takes ``session``, only reads, and returns pandas DataFrames (or a small dataclass
+of them). Units are in the column names: ``_s`` seconds, ``_j`` joules, ``_per_s`` per second,
+``flops`` FLOPs (never MACs), ``params`` parameter elements.
+
+Measured figures are the *latest eager* result per (target, device kind), as in
+:func:`operator_db.estimate.compose.estimate_model`: a full-model run gives a model's latency, an
+operator measurement gives a configuration's per-call time. Nothing missing is invented: a value
+that was not measured is NaN, and the notes of each study say what was left out and why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+from sqlalchemy.orm import Session
+
+from operator_db.db import queries
+from operator_db.db.models import DeviceKind, Model
+
+MODEL_COLUMNS = [
+    "model",
+    "family",
+    "reference",
+    "mode",
+    "dtype",
+    "batch_size",
+    "device_kind",
+    "device_type",
+    "latency_s",
+    "throughput_per_s",
+    "energy_per_call_j",
+    "energy_per_sample_j",
+    "flops",
+    "flops_backward",
+    "step_flops",
+    "params",
+    "achieved_flops_per_s",
+    "estimate_s",
+    "coverage",
+    "estimate_error",
+]
+"""Columns of :func:`model_table`."""
+
+BATCH_COLUMNS = [
+    "family",
+    "family_name",
+    "device_kind",
+    "device_type",
+    "batch_size",
+    "model",
+    "latency_s",
+    "latency_per_sample_s",
+    "throughput_per_s",
+    "throughput_gain",
+]
+"""Columns of :func:`batch_study`."""
+
+COMPLEXITY_COLUMNS = [
+    "device_kind",
+    "device_type",
+    "model",
+    "mode",
+    "batch_size",
+    "step_flops",
+    "params",
+    "latency_s",
+    "achieved_flops_per_s",
+]
+"""Columns of :func:`latency_vs_complexity`."""
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def reference_text(reference: str | None, overrides: dict[str, Any] | None) -> str | None:
+    """Return a reference with its overrides in the ``REF?key=json&...`` form, keys sorted."""
+    if reference is None:
+        return None
+    if not overrides:
+        return reference
+    items = "&".join(
+        f"{key}={json.dumps(overrides[key], separators=(',', ':'), sort_keys=True)}"
+        for key in sorted(overrides)
+    )
+    return f"{reference}?{items}"
+
+
+def _input_signature(inputs: Sequence[Any]) -> str:
+    """Describe a model's inputs with the leading (batch) dimension written ``B``."""
+    parts = []
+    for t in inputs:
+        shape = list(t.get("shape", [])) if isinstance(t, dict) else []
+        dims = ["B", *map(str, shape[1:])] if shape else ["scalar"]
+        dtype = t.get("dtype", "float32") if isinstance(t, dict) else "?"
+        parts.append("×".join(dims) + ("" if dtype == "float32" else f":{dtype}"))
+    return ", ".join(parts)
+
+
+def family_label(model: Model) -> str:
+    """Return the batch-size family a model belongs to, as a readable label.
+
+    Models of one family differ only in batch size: same reference and overrides, mode, dtype and
+    inputs apart from their leading dimension. A model without a reference is a family of one.
+    """
+    ref = reference_text(model.reference, model.overrides)
+    if ref is None:
+        return model.name
+    parts = [ref, _input_signature(model.inputs)]
+    if model.mode != "inference":
+        parts.append(model.mode)
+    if model.dtype != "float32":
+        parts.append(model.dtype)
+    return " · ".join(p for p in parts if p)
+
+
+_BATCH_SUFFIX = re.compile(r"[-_.]?(?:b|bs|batch)[-_]?\d+$", re.IGNORECASE)
+
+
+def family_names(frame: pd.DataFrame) -> dict[str, str]:
+    """Return a short name per family of ``frame`` (columns ``family`` and ``model``).
+
+    The name is what the family's model names share once a batch suffix (``-b8``, ``_bs32``,
+    ``-batch4``) is removed, else their common prefix; the full family label where neither gives
+    a name or two families would get the same one.
+    """
+    names: dict[str, str] = {}
+    for family, models in frame.groupby("family", sort=True)["model"]:
+        members = sorted(set(map(str, models)))
+        stems = {_BATCH_SUFFIX.sub("", m) for m in members}
+        stem = stems.pop() if len(stems) == 1 else os.path.commonprefix(members).rstrip("-_.")
+        names[str(family)] = stem or str(family)
+    taken: dict[str, int] = {}
+    for name in names.values():
+        taken[name] = taken.get(name, 0) + 1
+    return {family: name if taken[name] == 1 else family for family, name in names.items()}
+
+
+def kinds_by_id(session: Session, device_kinds: Sequence[str] | None) -> dict[int, DeviceKind]:
+    """Return the device kinds to study by id: the named ones, or all.
+
+    Raises:
+        NotFoundError: a named kind does not exist.
+    """
+    return {k.id: k for k in queries.device_kinds(session, device_kinds)}
+
+
+def latest_eager_times(
+    session: Session, config_ids: Sequence[int], kind_ids: Sequence[int]
+) -> dict[tuple[int, int], float]:
+    """Return the latest eager per-call time (s) per (config id, device kind id)."""
+    figures = queries.config_figures(session, config_ids, kind_ids, timing="eager")
+    return {(config_id, kind_id): f.time_median_s for (config_id, kind_id, _), f in figures.items()}
+
+
+def _unique_calls(count: int, locations: Sequence[Any]) -> int:
+    """How many distinct modules run a configuration: its locations, else its count."""
+    return min(count, len(set(map(str, locations)))) if locations else count
+
+
+def safe_ratio(num: float, den: float) -> float:
+    """Return ``num / den``, NaN where either is NaN or ``den`` is 0."""
+    return num / den if den and not math.isnan(num) and not math.isnan(den) else math.nan
+
+
+# --- the model table --------------------------------------------------------------------------
+
+
+def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) -> pd.DataFrame:
+    """Return one row per (model, device kind) with a measured full-model run (latest eager).
+
+    Columns (see ``MODEL_COLUMNS``): ``latency_s`` the full run's median time per call (s);
+    ``throughput_per_s`` ``batch_size / latency_s`` (samples/s, NaN without a batch size);
+    ``energy_per_call_j`` and ``energy_per_sample_j`` (J, NaN where energy was not measured);
+    ``flops`` Σ count × forward FLOPs; ``flops_backward`` Σ count × backward FLOPs (training
+    models, NaN when no configuration has one); ``step_flops`` the work of one measured call:
+    ``flops`` for inference, ``flops + flops_backward`` for training; ``params`` the model's
+    distinct parameters (elements): Σ over configurations of params × the number of distinct
+    modules running it (its locations; its count where none are recorded), so a module called
+    twice counts once; ``achieved_flops_per_s`` ``step_flops / latency_s``; ``estimate_s`` the
+    composed time Σ count × latest eager per-call time over the measured configurations (as
+    ``estimate_model(timing="eager")``), ``coverage`` the measured share of its measurable calls,
+    and ``estimate_error`` (estimate − measured) / measured, given only at full coverage.
+
+    Raises:
+        NotFoundError: a named device kind does not exist.
+    """
+    kinds = kinds_by_id(session, device_kinds)
+    runs = {
+        (model_id, kind_id): figure
+        for (model_id, kind_id, _), figure in queries.model_figures(
+            session, None, list(kinds), timing="eager"
+        ).items()
+    }
+    if not runs:
+        return pd.DataFrame(columns=MODEL_COLUMNS)
+    model_ids = sorted({model_id for model_id, _ in runs})
+    models = {m.id: m for m in queries.list_models(session, ids=model_ids)}
+    links = [
+        (
+            model_id,
+            mc.config.id,
+            mc.count,
+            mc.locations,
+            mc.config.form,
+            mc.config.flops,
+            mc.config.flops_backward,
+            mc.config.params,
+        )
+        for model_id, configs in queries.models_configs(session, model_ids).items()
+        for mc in configs
+    ]
+    times = latest_eager_times(session, [link[1] for link in links], list(kinds))
+    run_kinds: dict[int, list[int]] = {}
+    for model_id, kind_id in runs:
+        run_kinds.setdefault(model_id, []).append(kind_id)
+    totals: dict[int, dict[str, float]] = {}
+    per_kind: dict[tuple[int, int], list[float]] = {}  # [time, measured calls, measurable calls]
+    for model_id, config_id, count, locations, form, flops, flops_bwd, params in links:
+        t = totals.setdefault(
+            model_id, {"flops": 0, "flops_backward": 0, "has_backward": 0, "params": 0}
+        )
+        t["flops"] += count * (flops or 0)
+        if flops_bwd is not None:
+            t["flops_backward"] += count * flops_bwd
+            t["has_backward"] = 1
+        t["params"] += params * _unique_calls(count, locations)
+        if form == "opaque":
+            continue
+        for kind_id in run_kinds[model_id]:
+            acc = per_kind.setdefault((model_id, kind_id), [0.0, 0.0, 0.0])
+            acc[2] += count
+            time_s = times.get((config_id, kind_id))
+            if time_s is not None:
+                acc[0] += count * time_s
+                acc[1] += count
+    records = []
+    for (model_id, kind_id), run in runs.items():
+        model, kind = models[model_id], kinds[kind_id]
+        t = totals.get(model_id, {"flops": 0, "flops_backward": 0, "has_backward": 0, "params": 0})
+        backward = t["flops_backward"] if t["has_backward"] else math.nan
+        step = t["flops"] + (t["flops_backward"] if model.mode == "training" else 0)
+        latency = run.time_median_s
+        batch = model.batch_size
+        energy = math.nan if run.energy_per_call_j is None else run.energy_per_call_j
+        time_s, measured, measurable = per_kind.get((model_id, kind_id), [0.0, 0.0, 0.0])
+        coverage = measured / measurable if measurable else math.nan
+        estimate = time_s if measured else math.nan
+        records.append(
+            {
+                "model": model.name,
+                "family": family_label(model),
+                "reference": reference_text(model.reference, model.overrides),
+                "mode": model.mode,
+                "dtype": model.dtype,
+                "batch_size": batch,
+                "device_kind": kind.name,
+                "device_type": kind.type,
+                "latency_s": latency,
+                "throughput_per_s": batch / latency if batch and latency > 0 else math.nan,
+                "energy_per_call_j": energy,
+                "energy_per_sample_j": energy / batch if batch else math.nan,
+                "flops": int(t["flops"]),
+                "flops_backward": backward,
+                "step_flops": int(step),
+                "params": int(t["params"]),
+                "achieved_flops_per_s": step / latency if latency > 0 else math.nan,
+                "estimate_s": estimate,
+                "coverage": coverage,
+                "estimate_error": (estimate - latency) / latency
+                if coverage == 1 and latency > 0
+                else math.nan,
+            }
+        )
+    frame = pd.DataFrame.from_records(records, columns=MODEL_COLUMNS)
+    frame["batch_size"] = frame["batch_size"].astype("Int64")
+    return frame.sort_values(["model", "device_kind"], ignore_index=True)
+
+
+# --- batch size -------------------------------------------------------------------------------
+
+
+def batch_study(
+    session: Session,
+    *,
+    device_kinds: Sequence[str] | None = None,
+    table: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Return latency and throughput against batch size, per model family and device kind.
+
+    A family (see :func:`family_label`; ``family_name`` is its short name, see
+    :func:`family_names`) enters the study on a device kind where at least two of its batch sizes
+    have a measured full-model run. ``latency_per_sample_s`` is latency / batch
+    (s); ``throughput_per_s`` batch / latency (samples/s); ``throughput_gain`` the throughput over
+    the family's throughput at its smallest measured batch size on that kind (×). ``table`` reuses
+    a :func:`model_table` already computed.
+
+    Raises:
+        NotFoundError: a named device kind does not exist.
+    """
+    frame = model_table(session, device_kinds=device_kinds) if table is None else table
+    frame = frame[frame["batch_size"].notna()]
+    if frame.empty:
+        return pd.DataFrame(columns=BATCH_COLUMNS)
+    sizes = frame.groupby(["family", "device_kind"])["batch_size"].transform("nunique")
+    frame = frame[sizes >= 2].sort_values(["family", "device_kind", "batch_size", "model"])
+    if frame.empty:
+        return pd.DataFrame(columns=BATCH_COLUMNS)
+    frame = frame.assign(
+        family_name=frame["family"].map(family_names(frame)),
+        latency_per_sample_s=frame["latency_s"] / frame["batch_size"],
+    )
+    first = frame.groupby(["family", "device_kind"])["throughput_per_s"].transform("first")
+    frame = frame.assign(throughput_gain=frame["throughput_per_s"] / first)
+    return frame[BATCH_COLUMNS].reset_index(drop=True)
+
+
+# --- complexity -------------------------------------------------------------------------------
+
+
+def latency_vs_complexity(
+    session: Session,
+    *,
+    device_kinds: Sequence[str] | None = None,
+    table: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Return each measured model's latency (s) with its FLOPs and parameters, per device kind.
+
+    ``step_flops`` is the work of one measured call (forward, plus backward for training) in FLOPs,
+    ``params`` distinct parameters in elements, ``achieved_flops_per_s`` ``step_flops /
+    latency_s``. Sorted by device kind, then FLOPs.
+
+    Raises:
+        NotFoundError: a named device kind does not exist.
+    """
+    frame = model_table(session, device_kinds=device_kinds) if table is None else table
+    if frame.empty:
+        return pd.DataFrame(columns=COMPLEXITY_COLUMNS)
+    return (
+        frame[COMPLEXITY_COLUMNS]
+        .sort_values(["device_kind", "step_flops", "model"])
+        .reset_index(drop=True)
+    )
