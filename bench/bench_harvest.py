@@ -23,10 +23,17 @@ import tracemalloc
 CASES: dict[str, tuple[str, dict[str, object]]] = {
     "resnet50": ("transformers:ResNetModel", {}),
     # Llama-3.2-1B's shape: 16 layers, width 2048, 32 heads (8 KV heads), 128256-token vocabulary.
-    "llama-1.2b": ("transformers:LlamaModel", {
-        "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-    }),
+    "llama-1.2b": (
+        "transformers:LlamaModel",
+        {
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "vocab_size": 128256,
+        },
+    ),
 }
 
 
@@ -88,21 +95,31 @@ def main() -> None:
         return
     rows = []
     for case in CASES:
-        out = subprocess.run([sys.executable, __file__, "--case", case, "--runs", str(args.runs)],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--case", case, "--runs", str(args.runs)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
-    header = (f"{'model':<11} {'params':>8} {'weights':>9} {'build':>7} {'harvest':>8} "
-              f"{'best':>7} {'py peak':>8} {'RSS peak':>9} {'configs':>7} {'calls':>6} "
-              f"{'GFLOPs':>8} {'opaque':>6}")
+    header = (
+        f"{'model':<11} {'params':>8} {'weights':>9} {'build':>7} {'harvest':>8} "
+        f"{'best':>7} {'py peak':>8} {'RSS peak':>9} {'configs':>7} {'calls':>6} "
+        f"{'GFLOPs':>8} {'opaque':>6}"
+    )
     print(header)
     for r in rows:
-        print(f"{r['case']:<11} {r['params'] / 1e9:>7.3f}B {r['weights_fp32_mib'] / 1024:>7.2f}GiB "
-              f"{r['build_s']:>6.2f}s {r['harvest_first_s']:>7.2f}s {r['harvest_best_s']:>6.2f}s "
-              f"{r['python_peak_mib']:>6.1f}MiB {r['rss_peak_above_imports_mib']:>7.0f}MiB "
-              f"{r['configurations']:>7} {r['calls']:>6} {r['gflops']:>8.1f} "
-              f"{r['opaque_calls']:>6}")
-    print(f"(device: {rows[0]['device']}, torch {rows[0]['torch']}; weights: float32 size the "
-          "model would need if built for real; RSS peak: above the process after imports)")
+        print(
+            f"{r['case']:<11} {r['params'] / 1e9:>7.3f}B {r['weights_fp32_mib'] / 1024:>7.2f}GiB "
+            f"{r['build_s']:>6.2f}s {r['harvest_first_s']:>7.2f}s {r['harvest_best_s']:>6.2f}s "
+            f"{r['python_peak_mib']:>6.1f}MiB {r['rss_peak_above_imports_mib']:>7.0f}MiB "
+            f"{r['configurations']:>7} {r['calls']:>6} {r['gflops']:>8.1f} "
+            f"{r['opaque_calls']:>6}"
+        )
+    print(
+        f"(device: {rows[0]['device']}, torch {rows[0]['torch']}; weights: float32 size the "
+        "model would need if built for real; RSS peak: above the process after imports)"
+    )
 
 
 if __name__ == "__main__":

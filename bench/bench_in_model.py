@@ -99,9 +99,11 @@ def main() -> None:
         row[2] += calls_per_pass
     total_in = sum(r[0] for r in per_type.values())
     total_alone = sum(r[1] for r in per_type.values())
-    print(f"{info.name}: forward {plain / 1e6:.2f} ms; leaves in the model "
-          f"{total_in / 1e6:.2f} ms, alone {total_alone / 1e6:.2f} ms "
-          f"(×{total_in / max(total_alone, 1.0):.2f}); {torch.get_num_threads()} thread(s)")
+    print(
+        f"{info.name}: forward {plain / 1e6:.2f} ms; leaves in the model "
+        f"{total_in / 1e6:.2f} ms, alone {total_alone / 1e6:.2f} ms "
+        f"(×{total_in / max(total_alone, 1.0):.2f}); {torch.get_num_threads()} thread(s)"
+    )
     print("| module type | calls | in the model (ms) | alone (ms) | ratio |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for kind, (t_in, t_alone, calls) in sorted(per_type.items(), key=lambda kv: -kv[1][0]):

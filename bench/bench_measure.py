@@ -44,8 +44,9 @@ def main() -> None:
         with store.transaction() as session:
             ingest_specs(session, [loaded])
             queued = queue.enqueue_model(session, loaded.spec.model.name, kind)
-        stats = Worker(store, device, settings.measure,
-                       WorkerOptions(until_idle=True, poll_s=0.1)).run()
+        stats = Worker(
+            store, device, settings.measure, WorkerOptions(until_idle=True, poll_s=0.1)
+        ).run()
         wall = time.perf_counter() - start
         with store.transaction() as session:
             rows = session.scalars(select(Measurement).where(Measurement.timing == "eager")).all()
@@ -55,15 +56,18 @@ def main() -> None:
     cvs = [r.time_cv for r in rows]
     flagged = sum(1 for r in rows if r.flags)
     print(f"spec: {Path(args.spec).name} ({loaded.spec.model.name}), device kind: {kind}")
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"blocks {settings.measure.blocks} x >= {settings.measure.block_min_s * 1e3:.0f} ms, "
-          f"energy: {rows[0].energy_unavailable or rows[0].energy_source if rows else '-'}")
-    print(f"configurations queued: {queued.queued_configs}, measured: {len(rows)}, "
-          f"failed jobs: {stats.failed}, flagged (noisy/unstable): {flagged}")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"blocks {settings.measure.blocks} x >= {settings.measure.block_min_s * 1e3:.0f} ms, "
+        f"energy: {rows[0].energy_unavailable or rows[0].energy_source if rows else '-'}"
+    )
+    print(
+        f"configurations queued: {queued.queued_configs}, measured: {len(rows)}, "
+        f"failed jobs: {stats.failed}, flagged (noisy/unstable): {flagged}"
+    )
     print(f"wall time: {wall:.1f} s (ingest, enqueue, measure every configuration and the model)")
     if cvs:
-        print(f"median CV of per-call times: {statistics.median(cvs):.4f} "
-              f"(max {max(cvs):.4f})")
+        print(f"median CV of per-call times: {statistics.median(cvs):.4f} (max {max(cvs):.4f})")
     for run in runs:
         print(f"full model: {run.time_median_s * 1e3:.3f} ms per forward (CV {run.time_cv:.4f})")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The test command: set up .venv, make sure PostgreSQL answers, then lint, type-check, check the
-# migrations against the models, and run the tests (SQLite and PostgreSQL). Extra arguments go to
-# pytest (e.g. -k ingest, -m gpu).
+# The test command: set up .venv, make sure PostgreSQL answers, then lint (ruff check, ruff format
+# --check), type-check, check the migrations against the models, and run the tests (SQLite and
+# PostgreSQL). Extra arguments go to pytest (e.g. -k ingest, -m gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -15,6 +15,7 @@ if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; the
 fi
 
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 tmpdb="$(mktemp -d)"
 trap 'rm -rf "$tmpdb"' EXIT

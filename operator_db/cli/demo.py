@@ -57,9 +57,11 @@ def demo(
     result = harvest(model, example, name=name, description=f"{model}, harvested by `opdb demo`")
     spec_path = out / f"{name}.yaml"
     result.write(spec_path)
-    console.print(f"{model}: {result.configurations} configurations, {result.calls} calls, "
-                  f"{result.flops / 1e9:.2f} GFLOPs per forward, on {result.device} in "
-                  f"{result.seconds:.2f} s → {spec_path}")
+    console.print(
+        f"{model}: {result.configurations} configurations, {result.calls} calls, "
+        f"{result.flops / 1e9:.2f} GFLOPs per forward, on {result.device} in "
+        f"{result.seconds:.2f} s → {spec_path}"
+    )
     console.rule("2. ingest")
     specs = load_specs([example_specs_dir(), spec_path], max_bytes=settings.max_spec_bytes)
     with open_store(db) as store, store.transaction() as session:
@@ -69,8 +71,17 @@ def demo(
     console.rule(f"3. measure {name} on {device}")
     measure(name, device=device, no_model_run=False, db=db)
     console.rule("4. estimate")
-    estimate(name, device_kind=None, timing="eager", energy="total", aggregate="latest",
-             as_json=False, as_csv=False, top=10, db=db)
+    estimate(
+        name,
+        device_kind=None,
+        timing="eager",
+        energy="total",
+        aggregate="latest",
+        as_json=False,
+        as_csv=False,
+        top=10,
+        db=db,
+    )
     console.rule("5. peaks of this device (float32 matmul, copy)")
     peaks(device=device, dtypes="float32", list_table=False, db=db)
     console.rule("6. roofline and report")

@@ -66,48 +66,93 @@ def summary_table(rows: list[tuple[Path, HarvestResult]]) -> Table:
     columns += ["GFLOPs bwd"] if training else []
     table = Table(*columns, "opaque", "seconds", title="harvested")
     for path, r in rows:
-        cells = [str(path), r.spec.model.name, r.device, str(r.configurations), str(r.calls),
-                 f"{r.flops / 1e9:.3f}"]
+        cells = [
+            str(path),
+            r.spec.model.name,
+            r.device,
+            str(r.configurations),
+            str(r.calls),
+            f"{r.flops / 1e9:.3f}",
+        ]
         cells += [f"{r.flops_backward / 1e9:.3f}"] if training else []
         table.add_row(*cells, str(sum(o.count for o in r.opaque)), f"{r.seconds:.2f}")
     return table
 
 
 def harvest(
-    model_ref: Annotated[str, typer.Argument(
-        metavar="MODEL_REF",
-        help="torchvision:NAME, timm:NAME, transformers:CLASS (default config, never downloads) "
-             "or module:pkg.mod:factory; overrides may follow '?' (k=v&k=v).")],
-    overrides: Annotated[list[str] | None, typer.Argument(
-        metavar="[KEY=VALUE]...",
-        help="Config or factory overrides, e.g. num_hidden_layers=6 (values read as JSON).",
-    )] = None,
+    model_ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL_REF",
+            help="torchvision:NAME, timm:NAME, transformers:CLASS (default config, never "
+            "downloads) or module:pkg.mod:factory; overrides may follow '?' (k=v&k=v).",
+        ),
+    ],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[KEY=VALUE]...",
+            help="Config or factory overrides, e.g. num_hidden_layers=6 (values read as JSON).",
+        ),
+    ] = None,
     inputs: Annotated[list[str] | None, typer.Option("--input", "-i", help=INPUT_HELP)] = None,
-    batch_size: Annotated[str | None, typer.Option(
-        "--batch-size", "-b",
-        help="Comma-separated batch sizes (first dimension of every input); one spec each.",
-    )] = None,
-    dtype: Annotated[str | None, typer.Option(
-        "--dtype", help="Floating-point dtype of the weights and float inputs (default: the "
-                        "model's), e.g. bfloat16.")] = None,
-    mode: Annotated[RunMode, typer.Option(
-        "--mode", help="inference: forward FLOPs; training: forward and backward FLOPs.")]
-        = RunMode.inference,
-    output: Annotated[Path, typer.Option(
-        "--output", "-o", help="A directory (specs named NAME-bN.yaml) or a .yaml file "
-                               "({batch} in its name for several batch sizes).")] = Path("."),
-    name: Annotated[str | None, typer.Option(
-        "--name", help="Model name in the spec, before the -bN suffix (default: from the "
-                       "reference).")] = None,
-    description: Annotated[str | None, typer.Option(
-        "--description", help="A sentence on the model, kept in the spec.")] = None,
-    device: Annotated[RunDevice, typer.Option(
-        "--device", help="auto: meta, or the CPU if an op needs data; meta: never the CPU; "
-                         "cpu: always (real weights in memory).")] = RunDevice.auto,
-    trace_custom: Annotated[bool, typer.Option(
-        "--trace-custom-leaves",
-        help="Record the functional calls inside custom leaf modules with parameters instead "
-             "of one opaque call each.")] = False,
+    batch_size: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-size",
+            "-b",
+            help="Comma-separated batch sizes (first dimension of every input); one spec each.",
+        ),
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype",
+            help="Floating-point dtype of the weights and float inputs (default: the "
+            "model's), e.g. bfloat16.",
+        ),
+    ] = None,
+    mode: Annotated[
+        RunMode,
+        typer.Option(
+            "--mode", help="inference: forward FLOPs; training: forward and backward FLOPs."
+        ),
+    ] = RunMode.inference,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="A directory (specs named NAME-bN.yaml) or a .yaml file "
+            "({batch} in its name for several batch sizes).",
+        ),
+    ] = Path("."),
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="Model name in the spec, before the -bN suffix (default: from the reference).",
+        ),
+    ] = None,
+    description: Annotated[
+        str | None, typer.Option("--description", help="A sentence on the model, kept in the spec.")
+    ] = None,
+    device: Annotated[
+        RunDevice,
+        typer.Option(
+            "--device",
+            help="auto: meta, or the CPU if an op needs data; meta: never the CPU; "
+            "cpu: always (real weights in memory).",
+        ),
+    ] = RunDevice.auto,
+    trace_custom: Annotated[
+        bool,
+        typer.Option(
+            "--trace-custom-leaves",
+            help="Record the functional calls inside custom leaf modules with parameters instead "
+            "of one opaque call each.",
+        ),
+    ] = False,
 ) -> None:
     """Harvest a model into YAML specs, one per batch size.
 
@@ -142,9 +187,15 @@ def harvest(
         batch = batch_inputs[0].shape[0] if batch_inputs[0].shape else None
         stem = name or ref.default_name
         result = harvest_model(
-            module, batch_inputs, reference=ref, mode=mode.value, dtype=floating,
-            device=device.value, name=f"{stem}-b{batch}" if batch else stem,
-            custom_leaves="trace" if trace_custom else "opaque", description=description,
+            module,
+            batch_inputs,
+            reference=ref,
+            mode=mode.value,
+            dtype=floating,
+            device=device.value,
+            name=f"{stem}-b{batch}" if batch else stem,
+            custom_leaves="trace" if trace_custom else "opaque",
+            description=description,
         )
         path = output_path(output, result.spec.model.name, len(sizes) if sizes else 1)
         result.write(path)
@@ -155,7 +206,8 @@ def harvest(
             console.print(f"ran on the CPU: {r.fallback}", markup=False)
         for o in r.opaque:
             where = ", ".join(o.locations[:3]) + (" ..." if len(o.locations) > 3 else "")
-            console.print(f"opaque ({o.count}x, never measured): {o.op} at {where}: {o.reason}",
-                          markup=False)
+            console.print(
+                f"opaque ({o.count}x, never measured): {o.op} at {where}: {o.reason}", markup=False
+            )
         for warning in r.warnings:
             console.print(f"note: {warning}", markup=False)

@@ -51,7 +51,13 @@ _GA100_NAME = re.compile(r"\bA(100|30|800)\b")
 
 # nvmlValue_t members by nvmlValueType_t.
 _VALUE_MEMBERS = {
-    0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
 }
 
 
@@ -174,9 +180,7 @@ class NvidiaDevice(Device):
             driver_version=self._optional_system(
                 "read the driver version", "nvmlSystemGetDriverVersion"
             ),
-            nvml_version=self._optional_system(
-                "read the NVML version", "nvmlSystemGetNVMLVersion"
-            ),
+            nvml_version=self._optional_system("read the NVML version", "nvmlSystemGetNVMLVersion"),
             memory_bytes=int(memory.total) if memory is not None else None,
             extra=extra,
         )
@@ -228,9 +232,7 @@ class NvidiaDevice(Device):
             except (DeviceUnsupportedError, PermissionDeniedError) as exc:
                 failures.append(str(exc))
         else:
-            failures.append(
-                "nvmlDeviceGetPowerUsage is a 1 s average on this GPU and is not used"
-            )
+            failures.append("nvmlDeviceGetPowerUsage is a 1 s average on this GPU and is not used")
         return None, "power unavailable: field 186 (NVML_FI_DEV_POWER_INSTANT): " + "; ".join(
             failures
         )

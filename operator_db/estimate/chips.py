@@ -42,7 +42,6 @@ PeakDtype = Literal[
 """
 
 
-
 class ChipPeaks(BaseModel):
     """One chip's spec-sheet peaks (dense, per chip) and where they come from."""
 
@@ -173,4 +172,3 @@ def spec_reference(chip: ChipPeaks) -> str:
     """Return the text stored as a spec peak's ``reference``: chip, source and notes."""
     parts = [chip.name, chip.source] + ([chip.notes] if chip.notes else [])
     return " | ".join(parts)
-

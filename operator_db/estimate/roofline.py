@@ -102,7 +102,6 @@ def bound_type(
     return "compute" if flops / peak_flops_per_s > nbytes / peak_bytes_per_s else "memory"
 
 
-
 @dataclass(frozen=True)
 class Peaks:
     """The roof of a device for one dtype: its compute peak and its memory bandwidth."""

@@ -259,8 +259,11 @@ class Recorder:
 
     def _tensor_inputs(self, args: Any, kwargs: Any, frame: _Frame) -> list[TensorSpec]:
         try:
-            return [tensor_spec(t) for t in tree_flatten((args, kwargs))[0]
-                    if isinstance(t, torch.Tensor)]
+            return [
+                tensor_spec(t)
+                for t in tree_flatten((args, kwargs))[0]
+                if isinstance(t, torch.Tensor)
+            ]
         except _SkipError as exc:
             frame.skip = str(exc)
             return []
@@ -286,33 +289,52 @@ class Recorder:
                 self._skip(str(exc))
                 return
             if isinstance(frame.plan, Rebuildable) and frame.role == "module":
-                op = OperatorSpec(op=frame.plan.op, form="module", args=frame.plan.args,
-                                  dtype=frame.plan.dtype,  # type: ignore[arg-type]
-                                  inputs=frame.inputs, call=frame.call, outputs=outputs)
+                op = OperatorSpec(
+                    op=frame.plan.op,
+                    form="module",
+                    args=frame.plan.args,
+                    dtype=frame.plan.dtype,  # type: ignore[arg-type]
+                    inputs=frame.inputs,
+                    call=frame.call,
+                    outputs=outputs,
+                )
                 self._add(op, frame.name)
                 return
             cls = type(module)
-            state = {n: list(t.shape) for n, t in (*module.named_parameters(recurse=False),
-                                                   *module.named_buffers(recurse=False))}
+            state = {
+                n: list(t.shape)
+                for n, t in (
+                    *module.named_parameters(recurse=False),
+                    *module.named_buffers(recurse=False),
+                )
+            }
             opaque_args: dict[str, JsonValue] = {"state": state}  # type: ignore[dict-item]
             if module.extra_repr():
                 opaque_args["extra_repr"] = module.extra_repr()
-            op = OperatorSpec(op=_opaque_name(f"{cls.__module__}.{cls.__qualname__}"),
-                              form="opaque", args=opaque_args, inputs=frame.inputs,
-                              call=frame.call, outputs=outputs)
+            op = OperatorSpec(
+                op=_opaque_name(f"{cls.__module__}.{cls.__qualname__}"),
+                form="opaque",
+                args=opaque_args,
+                inputs=frame.inputs,
+                call=frame.call,
+                outputs=outputs,
+            )
             reason = frame.plan.reason if isinstance(frame.plan, NotRebuildable) else "custom"
             live = None
             if frame.tally is not None:
                 tensors = (*module.parameters(recurse=False), *module.buffers(recurse=False))
-                live = LiveCost(frame.tally.result,
-                                sum(p.numel() for p in module.parameters(recurse=False)),
-                                sum(t.numel() * t.element_size() for t in tensors))
+                live = LiveCost(
+                    frame.tally.result,
+                    sum(p.numel() for p in module.parameters(recurse=False)),
+                    sum(t.numel() * t.element_size() for t in tensors),
+                )
             self._add(op, frame.name, reason=reason, live=live)
 
     # -- functional calls -----------------------------------------------------------------------
 
-    def function_call(self, func: Callable[..., Any], args: Sequence[Any],
-                      kwargs: Mapping[str, Any]) -> Any:
+    def function_call(
+        self, func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
         """Run a functional call made outside recorded leaves, and record it."""
         name = function_name(func)
         encoded: _Encoded | None = None
@@ -341,9 +363,16 @@ class Recorder:
         return out
 
     def _record_function(
-        self, func: Callable[..., Any], name: str | None, args: Sequence[Any],
-        kwargs: Mapping[str, Any], out: Any, encoded: _Encoded | None, problem: str | None,
-        skip: str | None, live: LiveCost | None,
+        self,
+        func: Callable[..., Any],
+        name: str | None,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        out: Any,
+        encoded: _Encoded | None,
+        problem: str | None,
+        skip: str | None,
+        live: LiveCost | None,
     ) -> None:
         setitem = name == "torch.Tensor.__setitem__"
         if not setitem and not _has_tensor(out):
@@ -356,23 +385,33 @@ class Recorder:
             outputs = [] if setitem else _outputs(out)
             if encoded is not None and name is not None:
                 inputs, call = encoded
-                op = OperatorSpec(op=name, form="function", inputs=inputs, call=call,
-                                  outputs=outputs)
+                op = OperatorSpec(
+                    op=name, form="function", inputs=inputs, call=call, outputs=outputs
+                )
                 self._add(op, location)
                 return
-            inputs = [tensor_spec(t) for t in tree_flatten((list(args), dict(kwargs)))[0]
-                      if isinstance(t, torch.Tensor)]
+            inputs = [
+                tensor_spec(t)
+                for t in tree_flatten((list(args), dict(kwargs)))[0]
+                if isinstance(t, torch.Tensor)
+            ]
         except _SkipError as exc:
             self._skip(str(exc))
             return
         if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
             label = f"torch.ops.{func}"  # torch.ops.aten.mm: what the user's code called
         else:
-            label = name or (f"{getattr(func, '__module__', None) or 'unknown'}."
-                             f"{getattr(func, '__qualname__', None) or 'function'}")
-        op = OperatorSpec(op=_opaque_name(label), form="opaque",
-                          args={"arguments": _describe_args(args, kwargs)},
-                          inputs=inputs, outputs=outputs)
+            label = name or (
+                f"{getattr(func, '__module__', None) or 'unknown'}."
+                f"{getattr(func, '__qualname__', None) or 'function'}"
+            )
+        op = OperatorSpec(
+            op=_opaque_name(label),
+            form="opaque",
+            args={"arguments": _describe_args(args, kwargs)},
+            inputs=inputs,
+            outputs=outputs,
+        )
         self._add(op, location, reason=problem, live=live)
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -380,8 +419,14 @@ class Recorder:
     def _skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
-    def _add(self, op: OperatorSpec, location: str, *, reason: str | None = None,
-             live: LiveCost | None = None) -> None:
+    def _add(
+        self,
+        op: OperatorSpec,
+        location: str,
+        *,
+        reason: str | None = None,
+        live: LiveCost | None = None,
+    ) -> None:
         key = operator_key(op, self.mode)
         entry = self.entries.get(key)
         if entry is None:

@@ -84,8 +84,11 @@ class HarvestResult:
     @property
     def counter_flops(self) -> int:
         """The part of :attr:`flops` FlopCounterMode counts (matmul, convolution, attention)."""
-        return sum(op.count * (op.flops or 0) for op in self.spec.operators
-                   if counted_by_flop_counter(op.flop_rule))
+        return sum(
+            op.count * (op.flops or 0)
+            for op in self.spec.operators
+            if counted_by_flop_counter(op.flop_rule)
+        )
 
     def write(self, path: str | Path) -> Path:
         """Write the spec as YAML to ``path``; return the path."""
@@ -131,21 +134,36 @@ def _training_flags(model: nn.Module, mode: Mode) -> Iterator[None]:
             m.training = training
 
 
-def _state_on(model: nn.Module, device: torch.device,
-              dtype: torch.dtype | None) -> dict[str, torch.Tensor] | None:
+def _state_on(
+    model: nn.Module, device: torch.device, dtype: torch.dtype | None
+) -> dict[str, torch.Tensor] | None:
     """Return the parameters and buffers to run with on ``device``; None if the model's own fit."""
-    tensors = [*model.named_parameters(remove_duplicate=False),
-               *model.named_buffers(remove_duplicate=False)]
-    if all(t.device == device and (dtype is None or not t.is_floating_point() or t.dtype == dtype)
-           for _, t in tensors):
+    tensors = [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]
+    if all(
+        t.device == device and (dtype is None or not t.is_floating_point() or t.dtype == dtype)
+        for _, t in tensors
+    ):
         return None
-    return {name: t.to(device=device, dtype=dtype if dtype is not None and t.is_floating_point()
-                       else t.dtype)
-            for name, t in tensors}
+    return {
+        name: t.to(
+            device=device, dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype
+        )
+        for name, t in tensors
+    }
 
 
-def _run(model: nn.Module, inputs: ModelInputs, *, device: torch.device, mode: Mode,
-         dtype: torch.dtype | None, custom_leaves: CustomLeaves) -> Recorder:
+def _run(
+    model: nn.Module,
+    inputs: ModelInputs,
+    *,
+    device: torch.device,
+    mode: Mode,
+    dtype: torch.dtype | None,
+    custom_leaves: CustomLeaves,
+) -> Recorder:
     """Run the model once on ``device`` with the capture attached; return what it recorded."""
     recorder = Recorder(model, mode, custom_leaves)
     args, kwargs = inputs.materialize(device, dtype)
@@ -169,8 +187,7 @@ def _same_outputs(a: list[TensorSpec], b: list[TensorSpec]) -> bool:
     return [(t.shape, t.dtype) for t in a] == [(t.shape, t.dtype) for t in b]
 
 
-def _finish(entry: Entry, mode: Mode, warnings: list[str],
-            opaque: list[OpaqueOp]) -> OperatorSpec:
+def _finish(entry: Entry, mode: Mode, warnings: list[str], opaque: list[OpaqueOp]) -> OperatorSpec:
     """Fill in an entry's count, locations and costs (rebuilding it; live for opaque ones)."""
     op = entry.op
     update: dict[str, Any] = {"count": entry.count, "locations": entry.locations}
@@ -194,8 +211,12 @@ def _finish(entry: Entry, mode: Mode, warnings: list[str],
         if cost is None or reason is not None:
             opaque.append(OpaqueOp(op.op, entry.locations, entry.count, reason or "unknown"))
             return op.model_copy(update={**update, "form": "opaque"})
-        update |= {"flops": cost.flops, "flop_rule": cost.flop_rule, "bytes": cost.bytes,
-                   "params": cost.params}
+        update |= {
+            "flops": cost.flops,
+            "flop_rule": cost.flop_rule,
+            "bytes": cost.bytes,
+            "params": cost.params,
+        }
         if mode == "training":
             update["flops_backward"] = cost.flops_backward
         return op.model_copy(update=update)
@@ -203,9 +224,16 @@ def _finish(entry: Entry, mode: Mode, warnings: list[str],
     if entry.live is not None:
         tally = entry.live.tally
         moved = tally.moves_data
-        update |= {"flops": tally.flops, "flop_rule": tally.rule, "params": entry.live.params,
-                   "bytes": (compulsory_bytes(list(op.inputs), None, list(op.outputs))
-                             + entry.live.state_bytes) if moved else 0}
+        update |= {
+            "flops": tally.flops,
+            "flop_rule": tally.rule,
+            "params": entry.live.params,
+            "bytes": (
+                compulsory_bytes(list(op.inputs), None, list(op.outputs)) + entry.live.state_bytes
+            )
+            if moved
+            else 0,
+        }
     return op.model_copy(update=update)
 
 
@@ -217,15 +245,22 @@ def _merge(ops: list[OperatorSpec], mode: Mode) -> list[OperatorSpec]:
         if key in merged:
             first = merged[key]
             locations = first.locations + [x for x in op.locations if x not in first.locations]
-            merged[key] = first.model_copy(update={"count": first.count + op.count,
-                                                   "locations": locations})
+            merged[key] = first.model_copy(
+                update={"count": first.count + op.count, "locations": locations}
+            )
         else:
             merged[key] = op
     return list(merged.values())
 
 
-def _provenance(ref: ModelRef | None, device: str, fallback: str | None, custom: CustomLeaves,
-                opaque: list[OpaqueOp], skipped: dict[str, int]) -> dict[str, JsonValue]:
+def _provenance(
+    ref: ModelRef | None,
+    device: str,
+    fallback: str | None,
+    custom: CustomLeaves,
+    opaque: list[OpaqueOp],
+    skipped: dict[str, int],
+) -> dict[str, JsonValue]:
     found: dict[str, JsonValue] = {
         "tool": f"operator-db {__version__} harvest",
         "torch": torch.__version__,
@@ -307,12 +342,14 @@ def harvest(
     if not specs:
         raise HarvestError("no example inputs: give at least one tensor (or --input)")
     started = time.perf_counter()
-    used, fallback, recorder = _run_somewhere(module, ref, inputs, device=device, mode=mode,
-                                              dtype=dtype, custom_leaves=custom_leaves)
+    used, fallback, recorder = _run_somewhere(
+        module, ref, inputs, device=device, mode=mode, dtype=dtype, custom_leaves=custom_leaves
+    )
     warnings: list[str] = []
     opaque: list[OpaqueOp] = []
-    operators = _merge([_finish(e, mode, warnings, opaque) for e in recorder.entries.values()],
-                       mode)
+    operators = _merge(
+        [_finish(e, mode, warnings, opaque) for e in recorder.entries.values()], mode
+    )
     if not operators:
         raise HarvestError("the model ran no operator that could be recorded")
     batch = specs[0].shape[0] if specs[0].shape else None
@@ -327,15 +364,21 @@ def harvest(
         inputs=specs,
         description=description,
     )
-    spec = Spec(spec_version=SPEC_VERSION, model=info, operators=operators,
-                provenance=_provenance(ref, used, fallback, custom_leaves, opaque,
-                                       recorder.skipped))
+    spec = Spec(
+        spec_version=SPEC_VERSION,
+        model=info,
+        operators=operators,
+        provenance=_provenance(ref, used, fallback, custom_leaves, opaque, recorder.skipped),
+    )
     parse_spec(spec.model_dump(mode="json"), f"harvest of {info.name}")  # what we write is valid
     if recorder.skipped:
-        warnings.append("skipped calls on tensors a spec cannot describe: "
-                        + ", ".join(f"{k} ×{v}" for k, v in recorder.skipped.items()))
-    return HarvestResult(spec, used, fallback, opaque, list(dict.fromkeys(warnings)),
-                         time.perf_counter() - started)
+        warnings.append(
+            "skipped calls on tensors a spec cannot describe: "
+            + ", ".join(f"{k} ×{v}" for k, v in recorder.skipped.items())
+        )
+    return HarvestResult(
+        spec, used, fallback, opaque, list(dict.fromkeys(warnings)), time.perf_counter() - started
+    )
 
 
 def _complete(ref: ModelRef, module: nn.Module, inputs: ModelInputs) -> ModelInputs:
@@ -360,15 +403,27 @@ def load_reference(ref: ModelRef) -> nn.Module:
 
 
 def _run_somewhere(
-    module: nn.Module, ref: ModelRef | None, inputs: ModelInputs, *, device: RunDevice,
-    mode: Mode, dtype: torch.dtype | None, custom_leaves: CustomLeaves,
+    module: nn.Module,
+    ref: ModelRef | None,
+    inputs: ModelInputs,
+    *,
+    device: RunDevice,
+    mode: Mode,
+    dtype: torch.dtype | None,
+    custom_leaves: CustomLeaves,
 ) -> tuple[str, str | None, Recorder]:
     """Run on the meta device, or on the CPU when asked or when an op needs data."""
     fallback: str | None = None
     if device != "cpu":
         try:
-            recorder = _run(module, inputs, device=torch.device("meta"), mode=mode, dtype=dtype,
-                            custom_leaves=custom_leaves)
+            recorder = _run(
+                module,
+                inputs,
+                device=torch.device("meta"),
+                mode=mode,
+                dtype=dtype,
+                custom_leaves=custom_leaves,
+            )
             return "meta", None, recorder
         except OperatorDBError:
             raise
@@ -385,8 +440,14 @@ def _run_somewhere(
             )
         module = load_model(ref, device="cpu")
     try:
-        recorder = _run(module, inputs, device=torch.device("cpu"), mode=mode, dtype=dtype,
-                        custom_leaves=custom_leaves)
+        recorder = _run(
+            module,
+            inputs,
+            device=torch.device("cpu"),
+            mode=mode,
+            dtype=dtype,
+            custom_leaves=custom_leaves,
+        )
     except OperatorDBError:
         raise
     except Exception as exc:  # noqa: BLE001

@@ -34,6 +34,7 @@ def parse_input(text: str) -> TensorSpec:
     Raises:
         HarvestError: one line saying what is wrong and the expected syntax.
     """
+
     def bad(problem: str) -> HarvestError:
         return HarvestError(f"bad input {text!r}: {problem} (expected {_SYNTAX})")
 
@@ -79,8 +80,9 @@ def parse_batch_sizes(text: str | None) -> list[int] | None:
     try:
         sizes = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise HarvestError(f"bad batch sizes {text!r}: expected positive integers like 1,8,32") \
-            from None
+        raise HarvestError(
+            f"bad batch sizes {text!r}: expected positive integers like 1,8,32"
+        ) from None
     if not sizes or any(s <= 0 for s in sizes):
         raise HarvestError(f"bad batch sizes {text!r}: expected positive integers like 1,8,32")
     return list(dict.fromkeys(sizes))
@@ -88,8 +90,7 @@ def parse_batch_sizes(text: str | None) -> list[int] | None:
 
 def with_batch(inputs: Sequence[TensorSpec], batch: int) -> list[TensorSpec]:
     """Return the inputs with their first dimension set to ``batch`` (0-d inputs unchanged)."""
-    return [t.model_copy(update={"shape": [batch, *t.shape[1:]]}) if t.shape else t
-            for t in inputs]
+    return [t.model_copy(update={"shape": [batch, *t.shape[1:]]}) if t.shape else t for t in inputs]
 
 
 @dataclass
@@ -117,11 +118,15 @@ class ModelInputs:
         if isinstance(value, Sequence) and not isinstance(value, str):
             named = [v for v in value if isinstance(v, TensorSpec) and v.name]
             if named:  # named specs are keyword inputs, as --input NAME=... on the command line
-                return cls([v for v in value if not (isinstance(v, TensorSpec) and v.name)],
-                           {v.name: v for v in named if v.name})
+                return cls(
+                    [v for v in value if not (isinstance(v, TensorSpec) and v.name)],
+                    {v.name: v for v in named if v.name},
+                )
             return cls(list(value), {})
-        raise HarvestError(f"example inputs must be tensors, specs, a sequence or a mapping, "
-                           f"got {type(value).__name__}")
+        raise HarvestError(
+            f"example inputs must be tensors, specs, a sequence or a mapping, "
+            f"got {type(value).__name__}"
+        )
 
     def specs(self, dtype: torch.dtype | None) -> list[TensorSpec]:
         """Describe every tensor input (named by keyword, else positionally) for the spec."""
@@ -129,23 +134,33 @@ class ModelInputs:
         items = [(None, v) for v in self.args] + list(self.kwargs.items())
         for name, value in items:
             if isinstance(value, TensorSpec):
-                spec = value if name is None or value.name == name else \
-                    value.model_copy(update={"name": name})
+                spec = (
+                    value
+                    if name is None or value.name == name
+                    else value.model_copy(update={"name": name})
+                )
                 if dtype is not None and spec.dtype.startswith(("float", "bfloat")):
                     spec = spec.model_copy(update={"dtype": dtype_name(dtype)})
                 found.append(spec)
             elif isinstance(value, torch.Tensor):
                 target = dtype if dtype is not None and value.is_floating_point() else value.dtype
                 try:
-                    found.append(TensorSpec(shape=list(value.shape),
-                                            dtype=dtype_name(target), name=name))  # type: ignore[arg-type]
+                    found.append(
+                        TensorSpec(
+                            shape=list(value.shape),
+                            dtype=dtype_name(target),  # type: ignore[arg-type]
+                            name=name,
+                        )
+                    )
                 except ValidationError as exc:
-                    raise HarvestError(f"input {name or len(found)}: "
-                                       f"{exc.errors()[0]['msg']}") from None
+                    raise HarvestError(
+                        f"input {name or len(found)}: {exc.errors()[0]['msg']}"
+                    ) from None
         return found
 
-    def materialize(self, device: torch.device, dtype: torch.dtype | None,
-                    seed: int = 0) -> tuple[list[Any], dict[str, Any]]:
+    def materialize(
+        self, device: torch.device, dtype: torch.dtype | None, seed: int = 0
+    ) -> tuple[list[Any], dict[str, Any]]:
         """Return the arguments as tensors on ``device``; floating inputs in ``dtype`` if given.
 
         On the meta device nothing is allocated. On the CPU, specs are drawn (normal floats,
@@ -161,8 +176,7 @@ class ModelInputs:
                 return allocate(value, device=device, dtype=dtype, generator=generator)
             if isinstance(value, torch.Tensor):
                 if value.device.type == "meta" and device.type != "meta":
-                    spec = TensorSpec(shape=list(value.shape),
-                                      dtype=dtype_name(value.dtype))  # type: ignore[arg-type]
+                    spec = TensorSpec(shape=list(value.shape), dtype=dtype_name(value.dtype))  # type: ignore[arg-type]
                     return allocate(spec, device=device, dtype=dtype, generator=generator)
                 target = dtype if dtype is not None and value.is_floating_point() else value.dtype
                 return value.to(device=device, dtype=target)

@@ -48,8 +48,10 @@ def _state(module: nn.Module) -> list[tuple[str, tuple[int, ...], bool]]:
     """Names, shapes and floating-ness of a module's own parameters and buffers."""
     return [
         (name, tuple(t.shape), t.is_floating_point())
-        for name, t in (*module.named_parameters(recurse=False),
-                        *module.named_buffers(recurse=False))
+        for name, t in (
+            *module.named_parameters(recurse=False),
+            *module.named_buffers(recurse=False),
+        )
         if t is not None
     ]
 
@@ -74,8 +76,11 @@ def constructor_args(module: nn.Module) -> Rebuildable | NotRebuildable:
         return NotRebuildable(f"{op} has no readable constructor signature")
     args: dict[str, Any] = {}
     for param in params:
-        if (param.name in _SKIPPED or param.name.startswith("_")
-                or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD)):
+        if (
+            param.name in _SKIPPED
+            or param.name.startswith("_")
+            or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+        ):
             continue
         if not hasattr(module, param.name):
             if param.default is inspect.Parameter.empty:

@@ -93,13 +93,12 @@ def parse_reference(text: str, overrides: Mapping[str, JsonValue] | None = None)
     target, _, query = rest.partition("?")
     if not target.strip():
         raise HarvestError(f"bad model reference {text!r}: nothing after '{scheme}:'")
-    found: dict[str, JsonValue] = {k: parse_value(v) for k, v in
-                                   parse_qsl(query, keep_blank_values=True, strict_parsing=False)}
+    found: dict[str, JsonValue] = {
+        k: parse_value(v) for k, v in parse_qsl(query, keep_blank_values=True, strict_parsing=False)
+    }
     found.update(overrides or {})
     if scheme == "module" and target.count(":") != 1:
-        raise HarvestError(
-            f"bad model reference {text!r}: expected module:package.module:factory"
-        )
+        raise HarvestError(f"bad model reference {text!r}: expected module:package.module:factory")
     return ModelRef(scheme, target.strip(), found)
 
 
@@ -148,8 +147,9 @@ def _timm(ref: ModelRef) -> nn.Module:
     names = list(timm.list_models())
     if ref.target not in names:
         raise HarvestError(_close(ref.target, names, "timm model"))
-    return _call(timm.create_model, ref.text, model_name=ref.target, pretrained=False,
-                 **ref.overrides)
+    return _call(
+        timm.create_model, ref.text, model_name=ref.target, pretrained=False, **ref.overrides
+    )
 
 
 def transformers_config(ref: ModelRef) -> Any:
@@ -161,25 +161,29 @@ def transformers_config(ref: ModelRef) -> Any:
     transformers = _import("transformers")
     cls = getattr(transformers, ref.target, None)
     if cls is None or not isinstance(cls, type):
-        names = [n for n in dir(transformers) if n.endswith(("Model", "ForCausalLM"))
-                 or n.startswith("AutoModel")]
+        names = [
+            n
+            for n in dir(transformers)
+            if n.endswith(("Model", "ForCausalLM")) or n.startswith("AutoModel")
+        ]
         raise HarvestError(_close(ref.target, names, "transformers class"))
     config_class = getattr(cls, "config_class", None)
     if config_class is None:
         raise HarvestError(f"transformers:{ref.target} has no config_class; use a *Model class")
     default = config_class()
-    unknown = [k for k in ref.overrides if not hasattr(default, k)
-               and k not in ("attn_implementation",)]
+    unknown = [
+        k for k in ref.overrides if not hasattr(default, k) and k not in ("attn_implementation",)
+    ]
     if unknown:
         known = [k for k in vars(default) if not k.startswith("_")]
-        raise HarvestError(
-            f"{config_class.__name__}: " + _close(unknown[0], known, "config field")
-        )
+        raise HarvestError(f"{config_class.__name__}: " + _close(unknown[0], known, "config field"))
     try:
         return config_class(**ref.overrides)
     except Exception as exc:  # noqa: BLE001 - config validation may raise anything
-        raise HarvestError(f"{config_class.__name__}({ref.overrides}) raised "
-                           f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None
+        raise HarvestError(
+            f"{config_class.__name__}({ref.overrides}) raised "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        ) from None
 
 
 def _transformers(ref: ModelRef) -> nn.Module:
@@ -235,8 +239,14 @@ def default_inputs(ref: ModelRef, model: nn.Module) -> list[TensorSpec] | None:
         main = getattr(model, "main_input_name", None)
         if main == "input_ids" and config is not None:
             vocab = int(getattr(config, "vocab_size", 0) or 0)
-            return [TensorSpec(name="input_ids", shape=[1, 128], dtype="int64",
-                               value_range=(0, vocab) if vocab > 0 else None)]
+            return [
+                TensorSpec(
+                    name="input_ids",
+                    shape=[1, 128],
+                    dtype="int64",
+                    value_range=(0, vocab) if vocab > 0 else None,
+                )
+            ]
         if main == "pixel_values" and config is not None:
             size = getattr(config, "image_size", 224)
             size = size if isinstance(size, int) else 224
@@ -259,6 +269,7 @@ def complete_inputs(ref: ModelRef, model: nn.Module, inputs: list[TensorSpec]) -
         return inputs
     return [
         t.model_copy(update={"value_range": (0, vocab)})
-        if t.name == "input_ids" and t.value_range is None and t.dtype.startswith("int") else t
+        if t.name == "input_ids" and t.value_range is None and t.dtype.startswith("int")
+        else t
         for t in inputs
     ]

@@ -295,8 +295,7 @@ def measure_interleaved(
     rng = random.Random(settings.seed)
     per_call = [warm_up_for(t.run, timer, settings) for t in targets]
     calls = [
-        interleaved_calls(p, t.min_time_s, settings)
-        for p, t in zip(per_call, targets, strict=True)
+        interleaved_calls(p, t.min_time_s, settings) for p, t in zip(per_call, targets, strict=True)
     ]
     blocks: list[list[float]] = [[] for _ in targets]
     order = list(range(len(targets)))

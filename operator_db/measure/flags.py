@@ -35,4 +35,3 @@ class Flag(StrEnum):
     HOLLOW_UNAVAILABLE = "hollow_unavailable"
     """A model run without a hollow run, so no time between operators (why: provenance
     ``hollow_unavailable``)."""
-

@@ -208,5 +208,3 @@ def interleaved_calls(per_call_s: float, min_time_s: float, settings: MeasureSet
     if min_time_s > 0 and per_call_s > 0:
         calls = max(calls, math.ceil(round(min_time_s / (settings.blocks * per_call_s), 9)))
     return min(calls, settings.max_calls_per_block)
-
-

@@ -54,8 +54,9 @@ def _int_high(op: OperatorSpec, index: int, module: nn.Module | None) -> int:
     num_embeddings = getattr(module, "num_embeddings", None)
     if isinstance(num_embeddings, int):
         return max(1, num_embeddings)
-    dims = [d for i, t in enumerate(op.inputs) if i != index and _is_floating(t.dtype)
-            for d in t.shape]
+    dims = [
+        d for i, t in enumerate(op.inputs) if i != index and _is_floating(t.dtype) for d in t.shape
+    ]
     if module is not None:
         dims += [d for p in module.parameters() for d in p.shape]
     return max(1, min(dims)) if dims else 2
@@ -94,15 +95,17 @@ def allocate(
         low, top = spec.value_range if spec.value_range is not None else (0, high)
         if target == torch.bool:
             low, top = 0, 2
-        values = torch.randint(low, top, shape, generator=generator, device=device,
-                               dtype=torch.int64).to(target)
+        values = torch.randint(
+            low, top, shape, generator=generator, device=device, dtype=torch.int64
+        ).to(target)
     if stride is not None:
         return values.as_strided(spec.shape, stride)
     return values
 
 
-_DRAWABLE = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16,
-                       torch.complex64, torch.complex128})
+_DRAWABLE = frozenset(
+    {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128}
+)
 """Dtypes ``torch.randn`` draws directly; others (float8) are drawn in float32 and converted."""
 
 
@@ -174,15 +177,17 @@ class BuiltOp:
         out = self.forward()
         outputs = [t for t in _flat_tensors(out) if t.requires_grad]
         if outputs and self.grad_targets:
-            torch.autograd.grad(outputs, self.grad_targets, self.grad_outputs[: len(outputs)],
-                                allow_unused=True)
+            torch.autograd.grad(
+                outputs, self.grad_targets, self.grad_outputs[: len(outputs)], allow_unused=True
+            )
         return out
 
     def describe(self) -> str:
         """Return a one-line description: op, constructor arguments, inputs → outputs."""
         args = ", ".join(f"{k}={v}" for k, v in self.spec.args.items())
-        ins = ", ".join(f"{list(t.shape)}:{str(t.dtype).removeprefix('torch.')}"
-                        for t in self.inputs)
+        ins = ", ".join(
+            f"{list(t.shape)}:{str(t.dtype).removeprefix('torch.')}" for t in self.inputs
+        )
         outs = ", ".join(f"{t.shape}:{t.dtype}" for t in self.spec.outputs)
         return f"{self.spec.op}({args}) [{self.mode}, {self.device}] on {ins or 'nothing'} → {outs}"
 
@@ -240,8 +245,14 @@ def build_op(
         generator = torch.Generator(device=dev)
         generator.manual_seed(seed)
     inputs = [
-        allocate(t, device=dev, dtype=dtype, stride=strides.get(i), high=_int_high(op, i, module),
-                 generator=generator)
+        allocate(
+            t,
+            device=dev,
+            dtype=dtype,
+            stride=strides.get(i),
+            high=_int_high(op, i, module),
+            generator=generator,
+        )
         for i, t in enumerate(op.inputs)
     ]
     try:
@@ -275,7 +286,8 @@ def _prepare_training(built: BuiltOp) -> None:
     except Exception as exc:  # noqa: BLE001 - an op may raise anything; one line for the user
         raise OperatorBuildError(f"cannot run {built.spec.op}: {first_line(exc)}") from None
     built.cloned_inputs = tuple(
-        i for i, (t, v) in enumerate(zip(built.inputs, versions, strict=True))
+        i
+        for i, (t, v) in enumerate(zip(built.inputs, versions, strict=True))
         if t._version != v and (t.is_floating_point() or t.is_complex())
     )
     targets: list[torch.Tensor] = []
@@ -305,5 +317,7 @@ def _prepare_training(built: BuiltOp) -> None:
 
 def output_specs(value: Any) -> list[TensorSpec]:
     """Return the shapes and dtypes of the tensors in an op's output, in flattening order."""
-    return [TensorSpec(shape=list(t.shape), dtype=dtype_name(t.dtype))  # type: ignore[arg-type]
-            for t in _flat_tensors(value)]
+    return [
+        TensorSpec(shape=list(t.shape), dtype=dtype_name(t.dtype))  # type: ignore[arg-type]
+        for t in _flat_tensors(value)
+    ]

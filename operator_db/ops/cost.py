@@ -46,14 +46,16 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def compulsory_bytes(inputs: list[TensorSpec], module: torch.nn.Module | None,
-                     outputs: list[TensorSpec]) -> int:
+def compulsory_bytes(
+    inputs: list[TensorSpec], module: torch.nn.Module | None, outputs: list[TensorSpec]
+) -> int:
     """Bytes of every input, parameter, buffer and output of one call, each counted once."""
-    state = 0 if module is None else sum(
-        _nbytes(t) for t in (*module.parameters(), *module.buffers())
+    state = (
+        0 if module is None else sum(_nbytes(t) for t in (*module.parameters(), *module.buffers()))
     )
-    return (sum(t.nbytes for t in inputs) + state
-            + sum(t.numel * DTYPE_BYTES[t.dtype] for t in outputs))
+    return (
+        sum(t.nbytes for t in inputs) + state + sum(t.numel * DTYPE_BYTES[t.dtype] for t in outputs)
+    )
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
@@ -71,8 +73,9 @@ def measure_cost(built: BuiltOp) -> tuple[Tally, Tally | None, Any]:
     outputs = [t for t in _tensors(out) if t.requires_grad]
     with FlopTally() as backward:
         if outputs and built.grad_targets:
-            torch.autograd.grad(outputs, built.grad_targets, built.grad_outputs[: len(outputs)],
-                                allow_unused=True)
+            torch.autograd.grad(
+                outputs, built.grad_targets, built.grad_outputs[: len(outputs)], allow_unused=True
+            )
     return forward.result, backward.result, out
 
 

@@ -54,8 +54,20 @@ _MEMORY_FORMATS = {
 }
 _LAYOUTS = {"strided": torch.strided, "sparse_coo": torch.sparse_coo}
 _MARKERS = frozenset(
-    {"tensor", "strided", "list", "slice", "ellipsis", "float", "complex", "dtype", "device",
-     "memory_format", "layout", "dict"}
+    {
+        "tensor",
+        "strided",
+        "list",
+        "slice",
+        "ellipsis",
+        "float",
+        "complex",
+        "dtype",
+        "device",
+        "memory_format",
+        "layout",
+        "dict",
+    }
 )
 
 
@@ -160,8 +172,11 @@ def decode_value(value: JsonValue, tensor: TensorDecoder, device: torch.device) 
     if marker not in _MARKERS:
         raise EncodingError(f"unknown encoded value {{{marker!r}: ...}}")
     if marker in ("tensor", "strided"):
-        ref = inner if marker == "tensor" else (inner.get("tensor") if isinstance(inner, dict)
-                                                 else None)
+        ref = (
+            inner
+            if marker == "tensor"
+            else (inner.get("tensor") if isinstance(inner, dict) else None)
+        )
         if not isinstance(ref, int) or isinstance(ref, bool):
             raise EncodingError(f"a tensor reference must be an integer, got {ref!r}")
         return tensor(ref)
@@ -207,9 +222,12 @@ def input_strides(value: JsonValue) -> dict[int, list[int]]:
         if isinstance(item, dict):
             if set(item) == {"strided", "stride"}:
                 ref, stride = item["strided"], item["stride"]
-                if (isinstance(ref, dict) and isinstance(ref.get("tensor"), int)
-                        and isinstance(stride, list)
-                        and all(isinstance(s, int) and s >= 0 for s in stride)):
+                if (
+                    isinstance(ref, dict)
+                    and isinstance(ref.get("tensor"), int)
+                    and isinstance(stride, list)
+                    and all(isinstance(s, int) and s >= 0 for s in stride)
+                ):
                     found[int(ref["tensor"])] = [int(s) for s in stride]  # type: ignore[arg-type]
                     return
                 raise EncodingError(f"malformed strided tensor reference {item!r}")

@@ -99,59 +99,226 @@ _NORM_STATS = {
     "_fused_rms_norm": (3, (2,)),
 }
 _NORM_TRAINING_FLAG = frozenset(
-    {"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-     "cudnn_batch_norm", "miopen_batch_norm"}
+    {
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional",
+        "cudnn_batch_norm",
+        "miopen_batch_norm",
+    }
 )
 _NORM_BACKWARD = frozenset(
-    {"native_layer_norm_backward", "native_group_norm_backward", "native_batch_norm_backward",
-     "batch_norm_backward", "cudnn_batch_norm_backward", "miopen_batch_norm_backward",
-     "_fused_rms_norm_backward"}
+    {
+        "native_layer_norm_backward",
+        "native_group_norm_backward",
+        "native_batch_norm_backward",
+        "batch_norm_backward",
+        "cudnn_batch_norm_backward",
+        "miopen_batch_norm_backward",
+        "_fused_rms_norm_backward",
+    }
 )
 _SOFTMAX = frozenset({"_softmax", "_log_softmax", "_safe_softmax"})
 _SOFTMAX_BACKWARD = frozenset({"_softmax_backward_data", "_log_softmax_backward_data"})
 _REDUCTIONS = frozenset(
-    {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "logsumexp", "norm",
-     "linalg_vector_norm", "cumsum", "cumprod", "all", "any", "nansum", "aminmax", "logcumsumexp"}
+    {
+        "sum",
+        "mean",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "prod",
+        "logsumexp",
+        "norm",
+        "linalg_vector_norm",
+        "cumsum",
+        "cumprod",
+        "all",
+        "any",
+        "nansum",
+        "aminmax",
+        "logcumsumexp",
+    }
 )
 _VARIANCE = frozenset({"var", "std", "var_mean", "std_mean"})
-_SCATTER_ADD = frozenset({"embedding_dense_backward", "index_add", "scatter_add", "scatter_reduce",
-                          "index_reduce"})
-_NOT_ARITHMETIC_POINTWISE = frozenset(
-    {"clone", "_to_copy", "copy", "copy_", "fill", "fill_", "zero_", "zeros_like", "ones_like",
-     "full_like", "empty_like", "rand_like", "randn_like", "randint_like", "bernoulli",
-     "bernoulli_", "lift_fresh_copy", "detach_copy", "alias_copy", "_conj", "_neg_view"}
+_SCATTER_ADD = frozenset(
+    {"embedding_dense_backward", "index_add", "scatter_add", "scatter_reduce", "index_reduce"}
 )
-_VIEWS = frozenset({"_unsafe_view", "_reshape_alias", "alias", "detach", "lift_fresh",
-                    "as_strided", "view_as_real", "view_as_complex", "_conj", "_neg_view",
-                    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+_NOT_ARITHMETIC_POINTWISE = frozenset(
+    {
+        "clone",
+        "_to_copy",
+        "copy",
+        "copy_",
+        "fill",
+        "fill_",
+        "zero_",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_like",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "bernoulli",
+        "bernoulli_",
+        "lift_fresh_copy",
+        "detach_copy",
+        "alias_copy",
+        "_conj",
+        "_neg_view",
+    }
+)
+_VIEWS = frozenset(
+    {
+        "_unsafe_view",
+        "_reshape_alias",
+        "alias",
+        "detach",
+        "lift_fresh",
+        "as_strided",
+        "view_as_real",
+        "view_as_complex",
+        "_conj",
+        "_neg_view",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+    }
+)
 """Ops that touch no data: views, and allocations that write nothing."""
 _METADATA = frozenset(
-    {"size", "sym_size", "stride", "sym_stride", "storage_offset", "sym_storage_offset", "numel",
-     "sym_numel", "dim", "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
-     "is_non_overlapping_and_dense", "layout", "device", "_local_scalar_dense", "is_same_size",
-     "_has_compatible_shallow_copy_type", "is_nonzero"}
+    {
+        "size",
+        "sym_size",
+        "stride",
+        "sym_stride",
+        "storage_offset",
+        "sym_storage_offset",
+        "numel",
+        "sym_numel",
+        "dim",
+        "is_contiguous",
+        "sym_is_contiguous",
+        "is_strides_like_format",
+        "is_non_overlapping_and_dense",
+        "layout",
+        "device",
+        "_local_scalar_dense",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+        "is_nonzero",
+    }
 )
 _NO_ARITHMETIC = frozenset(
-    {"cat", "stack", "embedding", "index", "index_select", "gather", "scatter", "index_put",
-     "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put", "constant_pad_nd",
-     "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d",
-     "replication_pad2d", "replication_pad3d", "repeat", "repeat_interleave", "tile", "flip",
-     "roll", "tril", "triu", "masked_select", "nonzero", "sort", "argsort", "topk", "arange",
-     "zeros", "ones", "full", "empty", "empty_strided", "new_empty", "new_empty_strided",
-     "new_zeros", "new_ones", "new_full", "scalar_tensor", "linspace", "logspace", "rand", "randn",
-     "randint", "randperm", "normal", "normal_", "uniform_", "random_", "exponential_",
-     "multinomial", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "im2col", "col2im",
-     "unfold", "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
-     "masked_scatter", "index_fill", "index_copy", "one_hot", "unique", "_unique2", "tril_indices",
-     "triu_indices", "bucketize", "searchsorted", "resize_", "set_", "_pin_memory", "eye",
-     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
-     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "native_dropout_backward",
-     "select_backward", "slice_backward", "diagonal_backward", "unfold_backward",
-     "as_strided_backward", "index_select_backward", "constant_pad_nd_backward"}
+    {
+        "cat",
+        "stack",
+        "embedding",
+        "index",
+        "index_select",
+        "gather",
+        "scatter",
+        "index_put",
+        "index_put_",
+        "_index_put_impl_",
+        "_unsafe_index",
+        "_unsafe_index_put",
+        "constant_pad_nd",
+        "reflection_pad1d",
+        "reflection_pad2d",
+        "reflection_pad3d",
+        "replication_pad1d",
+        "replication_pad2d",
+        "replication_pad3d",
+        "repeat",
+        "repeat_interleave",
+        "tile",
+        "flip",
+        "roll",
+        "tril",
+        "triu",
+        "masked_select",
+        "nonzero",
+        "sort",
+        "argsort",
+        "topk",
+        "arange",
+        "zeros",
+        "ones",
+        "full",
+        "empty",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "scalar_tensor",
+        "linspace",
+        "logspace",
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "normal",
+        "normal_",
+        "uniform_",
+        "random_",
+        "exponential_",
+        "multinomial",
+        "pixel_shuffle",
+        "pixel_unshuffle",
+        "channel_shuffle",
+        "im2col",
+        "col2im",
+        "unfold",
+        "slice_scatter",
+        "select_scatter",
+        "diagonal_scatter",
+        "as_strided_scatter",
+        "masked_scatter",
+        "index_fill",
+        "index_copy",
+        "one_hot",
+        "unique",
+        "_unique2",
+        "tril_indices",
+        "triu_indices",
+        "bucketize",
+        "searchsorted",
+        "resize_",
+        "set_",
+        "_pin_memory",
+        "eye",
+        "upsample_nearest1d",
+        "upsample_nearest2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d",
+        "_upsample_nearest_exact3d",
+        "native_dropout_backward",
+        "select_backward",
+        "slice_backward",
+        "diagonal_backward",
+        "unfold_backward",
+        "as_strided_backward",
+        "index_select_backward",
+        "constant_pad_nd_backward",
+    }
 )
 _INTERPOLATION = {
-    "upsample_linear1d": 2, "upsample_bilinear2d": 4, "upsample_trilinear3d": 8,
-    "_upsample_bilinear2d_aa": 4, "upsample_bicubic2d": 16, "_upsample_bicubic2d_aa": 16,
+    "upsample_linear1d": 2,
+    "upsample_bilinear2d": 4,
+    "upsample_trilinear3d": 8,
+    "_upsample_bilinear2d_aa": 4,
+    "upsample_bicubic2d": 16,
+    "_upsample_bicubic2d_aa": 16,
 }
 """Taps (input elements weighted) per output element of each interpolation."""
 
@@ -210,8 +377,9 @@ def formula_flops(
     if torch.Tag.pointwise in tags or name in ("native_dropout", "addcmul", "addcdiv", "lerp"):
         return "elementwise", out_numel
     if name in _SCATTER_ADD:  # one add per source element; the source is args[3] but for embedding
-        source = args[0] if name == "embedding_dense_backward" else (args[3] if len(args) > 3
-                                                                      else None)
+        source = (
+            args[0] if name == "embedding_dense_backward" else (args[3] if len(args) > 3 else None)
+        )
         return "elementwise", _numel(source)
     if name in _VARIANCE:
         return "reduction", 3 * in_numel

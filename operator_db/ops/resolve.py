@@ -34,17 +34,65 @@ class UnknownOperatorError(OperatorDBError):
 _NAMESPACES = ("torch.nn.functional", "torch.special", "torch.linalg", "torch.fft")
 _TENSOR_OPERATORS = frozenset(
     f"__{stem}__"
-    for base in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "and", "or",
-                 "xor", "lshift", "rshift")
+    for base in (
+        "add",
+        "sub",
+        "mul",
+        "matmul",
+        "truediv",
+        "floordiv",
+        "mod",
+        "pow",
+        "and",
+        "or",
+        "xor",
+        "lshift",
+        "rshift",
+    )
     for stem in (base, "r" + base, "i" + base)
 ) | frozenset(
-    {"__neg__", "__pos__", "__abs__", "__invert__", "__eq__", "__ne__", "__lt__", "__le__",
-     "__gt__", "__ge__", "__getitem__", "__setitem__", "__div__", "__rdiv__", "__idiv__"}
+    {
+        "__neg__",
+        "__pos__",
+        "__abs__",
+        "__invert__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__getitem__",
+        "__setitem__",
+        "__div__",
+        "__rdiv__",
+        "__idiv__",
+    }
 )
 _TENSOR_DENIED = frozenset(
-    {"backward", "register_hook", "register_post_accumulate_grad_hook", "share_memory_",
-     "record_stream", "apply_", "map_", "map2_", "tolist", "numpy", "item", "storage",
-     "untyped_storage", "data_ptr", "pin_memory", "cuda", "cpu", "ipu", "xpu", "mps", "hpu"}
+    {
+        "backward",
+        "register_hook",
+        "register_post_accumulate_grad_hook",
+        "share_memory_",
+        "record_stream",
+        "apply_",
+        "map_",
+        "map2_",
+        "tolist",
+        "numpy",
+        "item",
+        "storage",
+        "untyped_storage",
+        "data_ptr",
+        "pin_memory",
+        "cuda",
+        "cpu",
+        "ipu",
+        "xpu",
+        "mps",
+        "hpu",
+    }
 )
 
 
@@ -75,8 +123,9 @@ def _function_allowed(name: str) -> bool:
     if head in _NAMESPACES:
         return True
     if head == "torch":
-        return last not in _TORCH_DENIED and (hasattr(torch._C._VariableFunctions, last)
-                                              or last in torch.functional.__all__)
+        return last not in _TORCH_DENIED and (
+            hasattr(torch._C._VariableFunctions, last) or last in torch.functional.__all__
+        )
     return False
 
 
@@ -108,8 +157,11 @@ def resolve_module(name: str) -> type[nn.Module]:
     if not name.startswith("torch.nn."):
         raise UnknownOperatorError(f"module {name!r} is not a torch.nn class")
     obj = _walk(name)
-    if not (inspect.isclass(obj) and issubclass(obj, nn.Module)
-            and obj.__module__.startswith("torch.nn.")):
+    if not (
+        inspect.isclass(obj)
+        and issubclass(obj, nn.Module)
+        and obj.__module__.startswith("torch.nn.")
+    ):
         raise UnknownOperatorError(f"{name!r} is not a torch.nn module class")
     return obj
 

@@ -286,8 +286,7 @@ def _execute_interleaved(
     if model_run.hollow is not None:
         targets.append(Target(_HOLLOW, model_run.hollow, energy=False))
     results = {
-        r.target: r
-        for r in measure_interleaved(targets, device, settings, idle_power=idle_power_w)
+        r.target: r for r in measure_interleaved(targets, device, settings, idle_power=idle_power_w)
     }
     rows: list[Measurement | FullModelRun] = []
     for key, (config_id, dtype) in prepared.items():

@@ -192,8 +192,19 @@ def test_sqlite_default_is_created_and_upgraded_on_first_use(
     # The whole main job, on a small model and the fake device so that it takes seconds.
     for name, value in FAST_MEASURE.items():
         monkeypatch.setenv(name, value)
-    args = ["demo", "--model", "module:operator_db.examples:mlp", "--input", "8x784",
-            "--name", "demo-mlp", "--device", "fake", "--out", str(tmp_path / "out")]
+    args = [
+        "demo",
+        "--model",
+        "module:operator_db.examples:mlp",
+        "--input",
+        "8x784",
+        "--name",
+        "demo-mlp",
+        "--device",
+        "fake",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     result = run_cli(capsys, *args)
     assert result.code == 0, result.err
     assert (tmp_path / "default.sqlite").exists()

@@ -82,7 +82,10 @@ def test_identity(cpuinfo: Path, powercap: Path) -> None:
         assert ident.vendor == "AMD"
         assert ident.device_id == "cpu"
         assert ident.extra["rapl_zones"] == [
-            "package-0", "package-0/dram", "package-1", "package-1/dram"
+            "package-0",
+            "package-0/dram",
+            "package-1",
+            "package-1/dram",
         ]
         assert cpu.torch_device() == torch.device("cpu")
         cpu.synchronize()
@@ -92,9 +95,7 @@ def test_identity(cpuinfo: Path, powercap: Path) -> None:
         )
 
 
-def test_threads_are_set_and_reported(
-    cpuinfo: Path, powercap: Path, restore_threads: None
-) -> None:
+def test_threads_are_set_and_reported(cpuinfo: Path, powercap: Path, restore_threads: None) -> None:
     with CpuDevice(threads=2, cpuinfo=cpuinfo, powercap_root=powercap) as cpu:
         assert cpu.threads() == 2
         assert cpu.provenance()["torch_threads"] == 2
@@ -189,8 +190,9 @@ def test_rapl_without_package_zone(cpuinfo: Path, tmp_path: Path) -> None:
         )
 
 
-def test_rapl_read_failures_after_open(cpuinfo: Path, powercap: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rapl_read_failures_after_open(
+    cpuinfo: Path, powercap: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with CpuDevice(cpuinfo=cpuinfo, powercap_root=powercap) as cpu:
         (powercap / "intel-rapl:1" / "energy_uj").unlink()
         with pytest.raises(DeviceError, match="RAPL counter read failed: "):

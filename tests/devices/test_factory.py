@@ -79,8 +79,9 @@ def test_auto_is_nvidia_with_a_gpu(monkeypatch: pytest.MonkeyPatch, nvml: Any) -
     assert nvml.nvmlShutdown.call_count == 2
 
 
-def test_index_argument_and_spec_index(monkeypatch: pytest.MonkeyPatch, host: SimHost,
-                                       nvml: Any) -> None:
+def test_index_argument_and_spec_index(
+    monkeypatch: pytest.MonkeyPatch, host: SimHost, nvml: Any
+) -> None:
     from tests.devices.nvml_sim import SimGpu
 
     host.gpus.append(SimGpu(name="NVIDIA H100 PCIe", uuid="GPU-second"))
@@ -135,7 +136,9 @@ def test_devices_package_does_not_import_the_database() -> None:
     imported = _project_imports("operator_db.devices")
     assert "operator_db.devices.nvidia" in imported  # the walk follows the package
     assert "pynvml" not in imported  # imported lazily, by importlib
-    assert sorted(
-        m for m in imported
-        if m.split(".")[0] == "sqlalchemy" or m.startswith("operator_db.db")
-    ) == []
+    assert (
+        sorted(
+            m for m in imported if m.split(".")[0] == "sqlalchemy" or m.startswith("operator_db.db")
+        )
+        == []
+    )

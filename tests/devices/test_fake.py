@@ -25,7 +25,9 @@ def test_identity_and_torch_device(clock: ManualClock) -> None:
         ident = fake.identity()
         assert fake.kind_name() == "fake:FakeGPU"
         assert (ident.device_type, ident.vendor, ident.device_id) == (
-            "fake", "operator-db", "fake-0"
+            "fake",
+            "operator-db",
+            "fake-0",
         )
         assert fake.torch_device() == torch.device("cpu")
         assert fake.power_scope() == "fake"
@@ -143,7 +145,10 @@ def test_telemetry_is_fixed_and_reasons_settable(clock: ManualClock) -> None:
     fake = make(clock, clock_event_reasons=0x20)
     t = fake.telemetry()
     assert (t.sm_clock_mhz, t.mem_clock_mhz, t.temperature_c, t.power_limit_w) == (
-        1980, 2619, 40.0, 700.0
+        1980,
+        2619,
+        40.0,
+        700.0,
     )
     assert t.throttled is True
     fake.clock_event_reasons = 0

@@ -237,8 +237,11 @@ def test_energy_no_permission_at_open_is_a_reason(host: SimHost, nvml: Any) -> N
 
 def test_gpu_lost_while_reading(host: SimHost, nvml: Any) -> None:
     with NvidiaDevice(0, nvml=nvml) as gpu:
-        for name in ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetFieldValues",
-                     "nvmlDeviceGetClockInfo"):
+        for name in (
+            "nvmlDeviceGetTotalEnergyConsumption",
+            "nvmlDeviceGetFieldValues",
+            "nvmlDeviceGetClockInfo",
+        ):
             host.fail[name] = real.NVML_ERROR_GPU_IS_LOST
         for read in (gpu.energy_mj, gpu.power_mw, gpu.telemetry):
             with pytest.raises(DeviceError, match="GPU is lost") as info:
@@ -272,8 +275,9 @@ def test_counter_not_supported_falls_back_to_power_integration(
 
 
 def test_pre_volta_uses_power_usage_and_integration(host: SimHost, nvml: Any) -> None:
-    host.gpus[0] = SimGpu(name="Tesla P100-PCIE-16GB", arch=real.NVML_DEVICE_ARCH_PASCAL,
-                          field_scopes=set())
+    host.gpus[0] = SimGpu(
+        name="Tesla P100-PCIE-16GB", arch=real.NVML_DEVICE_ARCH_PASCAL, field_scopes=set()
+    )
     wall = ManualClock(1_000_000_000_000)
     with NvidiaDevice(0, nvml=nvml, wall_clock_us=lambda: wall() // 1000) as gpu:
         assert gpu.energy_mj() is None
@@ -347,8 +351,9 @@ def test_no_instant_power_on_ampere_does_not_use_power_usage(host: SimHost, nvml
 
 
 def test_ga100_may_use_power_usage(host: SimHost, nvml: Any) -> None:
-    host.gpus[0] = SimGpu(name="NVIDIA A100-SXM4-80GB", arch=real.NVML_DEVICE_ARCH_AMPERE,
-                          field_scopes=set())
+    host.gpus[0] = SimGpu(
+        name="NVIDIA A100-SXM4-80GB", arch=real.NVML_DEVICE_ARCH_AMPERE, field_scopes=set()
+    )
     with NvidiaDevice(0, nvml=nvml) as gpu:
         assert gpu.power_scope() == "power_usage"
         sample = gpu.power_mw()

@@ -232,9 +232,12 @@ def test_measure_update_period_returns_what_it_has_at_timeout(clock: ManualClock
     def probe() -> int:
         return int(clock() >= 100_000_000) + int(clock() >= 150_000_000)  # one full gap: 50 ms
 
-    assert measure_update_period_s(
-        probe, clock=clock, sleep=clock.sleep, poll_interval_s=0.001, timeout_s=1.0
-    ) == 0.05
+    assert (
+        measure_update_period_s(
+            probe, clock=clock, sleep=clock.sleep, poll_interval_s=0.001, timeout_s=1.0
+        )
+        == 0.05
+    )
     assert clock() == 1_000_000_000
 
 
@@ -250,6 +253,8 @@ def test_measure_update_period_raises_without_two_changes(clock: ManualClock) ->
 def test_decode_clock_event_reasons() -> None:
     assert decode_clock_event_reasons(0) == ()
     assert decode_clock_event_reasons(0x1 | 0x8 | 0x80) == (
-        "gpu_idle", "hw_slowdown", "hw_power_brake_slowdown"
+        "gpu_idle",
+        "hw_slowdown",
+        "hw_power_brake_slowdown",
     )
     assert decode_clock_event_reasons(0x4 | 0x1000) == ("sw_power_cap", "0x1000")

@@ -144,8 +144,9 @@ def test_median_of_all_stored_results(store: Store) -> None:
     assert est.energy_j is None
 
 
-def _between_setup(store: Store, kind_name: str, *, hollow: float | None,
-                   measure_function: bool = True) -> None:
+def _between_setup(
+    store: Store, kind_name: str, *, hollow: float | None, measure_function: bool = True
+) -> None:
     """Model 'glue': Linear once (1 ms), torch.relu as a function 3 times (0.1 ms each)."""
     relu_fn = {
         "op": "torch.relu",
@@ -167,10 +168,16 @@ def _between_setup(store: Store, kind_name: str, *, hollow: float | None,
         for op, t in times.items():
             if op == "torch.relu" and not measure_function:
                 continue
-            session.add(Measurement(config_id=ids[op], device_kind_id=kind.id,
-                                    **result_row(time_median_s=t)))
-        run = FullModelRun(model_id=session.scalars(select(Model.id)).one(),
-                           device_kind_id=kind.id, **result_row(time_median_s=1.6e-3))
+            session.add(
+                Measurement(
+                    config_id=ids[op], device_kind_id=kind.id, **result_row(time_median_s=t)
+                )
+            )
+        run = FullModelRun(
+            model_id=session.scalars(select(Model.id)).one(),
+            device_kind_id=kind.id,
+            **result_row(time_median_s=1.6e-3),
+        )
         run.hollow_time_s = hollow
         session.add(run)
 
@@ -207,8 +214,7 @@ def test_time_between_operators_is_reported_not_added_on_a_gpu(store: Store) -> 
     ],
 )
 def test_time_between_operators_unknown_or_negative(
-    store: Store, hollow: float | None, measure_function: bool, between: float | None,
-    total: float
+    store: Store, hollow: float | None, measure_function: bool, between: float | None, total: float
 ) -> None:
     _between_setup(store, "cpu:Test", hollow=hollow, measure_function=measure_function)
     with store.transaction() as session:

@@ -50,8 +50,14 @@ def test_plot_is_written(store: Store, tmp_path: Path) -> None:
     with store.transaction() as session:
         est = estimate_model(session, "toy", KIND, peaks=PEAKS)
     table = roofline_table(est, spec=PEAKS, measured=Peaks(5e8, 5e7, "measured"))
-    path = plot_roofline(est, table, tmp_path / "r.png", spec=PEAKS,
-                         measured=Peaks(5e8, 5e7, "measured"), chips=["NVIDIA H100 SXM5 80GB"])
+    path = plot_roofline(
+        est,
+        table,
+        tmp_path / "r.png",
+        spec=PEAKS,
+        measured=Peaks(5e8, 5e7, "measured"),
+        chips=["NVIDIA H100 SXM5 80GB"],
+    )
     assert path.stat().st_size > 10_000
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -106,8 +112,7 @@ def test_roofline_command(
     assert chip is not None
     with store.transaction() as session:
         store_spec_peaks(session, chip, KIND)
-    done = run_cli(capsys, "roofline", "toy", "-o", str(out), "--chips", "RTX 4090",
-                   "--db", db_url)
+    done = run_cli(capsys, "roofline", "toy", "-o", str(out), "--chips", "RTX 4090", "--db", db_url)
     assert done.code == 0, done.err
     assert f"wrote {out}: 2 configurations (2 memory-bound, 0 compute-bound)" in done.out
     assert out.stat().st_size > 10_000

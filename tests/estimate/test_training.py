@@ -17,8 +17,12 @@ from operator_db.worker.daemon import Worker, WorkerOptions
 
 
 def test_training_step_estimate(store: Store) -> None:
-    result = harvest("module:operator_db.examples:mlp?hidden=[64]",
-                     torch.empty(16, 784, device="meta"), name="tiny-train", mode="training")
+    result = harvest(
+        "module:operator_db.examples:mlp?hidden=[64]",
+        torch.empty(16, 784, device="meta"),
+        name="tiny-train",
+        mode="training",
+    )
     spec = result.spec
     assert spec.model.mode == "training"
     linear = next(op for op in spec.operators if op.op == "torch.nn.Linear")
@@ -29,8 +33,12 @@ def test_training_step_estimate(store: Store) -> None:
     with store.transaction() as session:
         ingest_specs(session, [loaded])
         queued = queue.enqueue_model(session, "tiny-train", device.identity().name)
-    stats = Worker(store, device, fast_settings(model_min_time_s=0),
-                   WorkerOptions(until_idle=True, poll_s=0.01)).run()
+    stats = Worker(
+        store,
+        device,
+        fast_settings(model_min_time_s=0),
+        WorkerOptions(until_idle=True, poll_s=0.01),
+    ).run()
     assert (stats.done, stats.failed) == (queued.queued_configs + 1, 0)
     with store.transaction(read_only=True) as session:
         est = estimate_model(session, "tiny-train", device.identity().name)

@@ -28,8 +28,18 @@ def invoke(*args: str) -> tuple[int, str, BaseException | None]:
 
 
 def test_one_spec_per_batch_size_and_a_summary(tmp_path: Path) -> None:
-    code, out, exc = invoke("module:operator_db.examples:mlp", "hidden=[64]", "-i", "1x784",
-                            "-b", "1,4", "-o", str(tmp_path), "--name", "tiny")
+    code, out, exc = invoke(
+        "module:operator_db.examples:mlp",
+        "hidden=[64]",
+        "-i",
+        "1x784",
+        "-b",
+        "1,4",
+        "-o",
+        str(tmp_path),
+        "--name",
+        "tiny",
+    )
     assert (code, exc) == (0, None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-b1.yaml", "tiny-b4.yaml"]
     spec = load_spec(tmp_path / "tiny-b4.yaml", max_bytes=10**6).spec
@@ -37,15 +47,25 @@ def test_one_spec_per_batch_size_and_a_summary(tmp_path: Path) -> None:
     assert spec.model.overrides == {"hidden": [64]}
     assert spec.model.batch_size == 4 and spec.model.inputs[0].shape == [4, 784]
     assert [(op.op, op.count) for op in spec.operators] == [
-        ("torch.nn.Linear", 1), ("torch.nn.ReLU", 1), ("torch.nn.Linear", 1)]
+        ("torch.nn.Linear", 1),
+        ("torch.nn.ReLU", 1),
+        ("torch.nn.Linear", 1),
+    ]
     assert "harvested" in out and "tiny-b4" in out
     flops = 2 * 4 * 784 * 64 + 4 * 64 + 2 * 4 * 64 * 10
     assert f"{flops / 1e9:.3f}" in out
 
 
 def test_training_mode_and_a_file_name_with_the_batch(tmp_path: Path) -> None:
-    code, out, exc = invoke("module:operator_db.examples:mlp", "-i", "2x784", "--mode",
-                            "training", "-o", str(tmp_path / "mlp-{batch}.yaml"))
+    code, out, exc = invoke(
+        "module:operator_db.examples:mlp",
+        "-i",
+        "2x784",
+        "--mode",
+        "training",
+        "-o",
+        str(tmp_path / "mlp-{batch}.yaml"),
+    )
     assert (code, exc) == (0, None)
     spec = load_spec(tmp_path / "mlp-2.yaml", max_bytes=10**6).spec
     assert spec.model.mode == "training"
@@ -54,13 +74,21 @@ def test_training_mode_and_a_file_name_with_the_batch(tmp_path: Path) -> None:
 
 
 def test_transformers_defaults_and_opaque_modules_are_reported(tmp_path: Path) -> None:
-    code, out, exc = invoke("transformers:GPT2Model", "n_layer=1", "n_embd=64", "n_head=2",
-                            "vocab_size=100", "-o", str(tmp_path))
+    code, out, exc = invoke(
+        "transformers:GPT2Model",
+        "n_layer=1",
+        "n_embd=64",
+        "n_head=2",
+        "vocab_size=100",
+        "-o",
+        str(tmp_path),
+    )
     assert (code, exc) == (0, None)
     spec = load_spec(tmp_path / "gpt2model-b1.yaml", max_bytes=10**6).spec
     assert spec.model.inputs[0].value_range == (0, 100)
-    assert "opaque (1x, never measured): transformers.pytorch_utils.Conv1D at h.0.attn.c_attn" \
-        in out
+    assert (
+        "opaque (1x, never measured): transformers.pytorch_utils.Conv1D at h.0.attn.c_attn" in out
+    )
 
 
 @pytest.mark.parametrize(
@@ -74,12 +102,15 @@ def test_transformers_defaults_and_opaque_modules_are_reported(tmp_path: Path) -
         (["module:operator_db.examples:mlp", "-i", "8x784", "-b", "1,x"], "bad batch sizes"),
         (["module:operator_db.examples:mlp", "-i", "8x784", "--dtype", "int8"], "bad dtype"),
         (["module:operator_db.examples:mlp", "oops", "-i", "8x784"], "bad override 'oops'"),
-        (["module:operator_db.examples:mlp", "-i", "8x784", "-b", "1,2", "-o", "one.yaml"],
-         "names one file for 2 batch sizes"),
+        (
+            ["module:operator_db.examples:mlp", "-i", "8x784", "-b", "1,2", "-o", "one.yaml"],
+            "names one file for 2 batch sizes",
+        ),
     ],
 )
-def test_errors_are_one_line(args: list[str], message: str, tmp_path: Path,
-                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_errors_are_one_line(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "torchvision", None)  # missing here, whatever is installed
     monkeypatch.chdir(tmp_path)
     code, _, exc = invoke(*args)

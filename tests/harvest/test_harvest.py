@@ -26,13 +26,18 @@ def meta_flop_counter(model: nn.Module, *args: torch.Tensor) -> int:
 
 def assert_no_double_counting(spec: Spec) -> None:
     """No functional call is recorded inside a leaf module that is recorded whole."""
-    leaves = {loc for op in spec.operators if op.form in ("module", "opaque")
-              and not op.op.startswith("torch.ops.") for loc in op.locations}
+    leaves = {
+        loc
+        for op in spec.operators
+        if op.form in ("module", "opaque") and not op.op.startswith("torch.ops.")
+        for loc in op.locations
+    }
     for op in spec.operators:
         if op.form == "function":
             for loc in op.locations:
                 assert not any(loc == leaf or loc.startswith(leaf + ".") for leaf in leaves), (
-                    f"{op.op} recorded inside leaf {loc}")
+                    f"{op.op} recorded inside leaf {loc}"
+                )
 
 
 def assert_round_trip(spec: Spec) -> None:
@@ -42,7 +47,8 @@ def assert_round_trip(spec: Spec) -> None:
             continue
         out = build_op(op, mode=spec.model.mode, device="cpu").run()
         assert [(t.shape, t.dtype) for t in output_specs(out)] == [
-            (t.shape, t.dtype) for t in op.outputs], op.op
+            (t.shape, t.dtype) for t in op.outputs
+        ], op.op
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +92,17 @@ def test_modules_and_functional_calls_between_them_are_recorded(mixed: HarvestRe
 def test_calls_are_described_exactly(mixed: HarvestResult) -> None:
     by_op = {op.op: op for op in mixed.spec.operators}
     conv = by_op["torch.nn.Conv2d"]
-    assert conv.args == {"in_channels": 3, "out_channels": 32, "kernel_size": [4, 4],
-                         "stride": [4, 4], "padding": [0, 0], "dilation": [1, 1], "groups": 1,
-                         "bias": True, "padding_mode": "zeros"}
+    assert conv.args == {
+        "in_channels": 3,
+        "out_channels": 32,
+        "kernel_size": [4, 4],
+        "stride": [4, 4],
+        "padding": [0, 0],
+        "dilation": [1, 1],
+        "groups": 1,
+        "bias": True,
+        "padding_mode": "zeros",
+    }
     assert (conv.dtype, conv.call, conv.params) == ("float32", None, 32 * 3 * 16 + 32)
     assert [t.shape for t in conv.inputs] == [[2, 3, 32, 32]]
     assert [t.shape for t in conv.outputs] == [[2, 32, 8, 8]]
@@ -97,8 +111,9 @@ def test_calls_are_described_exactly(mixed: HarvestResult) -> None:
     assert conv.bytes == 4 * (2 * 3 * 32 * 32 + 32 * 3 * 16 + 32 + 2 * 32 * 8 * 8)
     sdpa = by_op["torch.nn.functional.scaled_dot_product_attention"]
     assert sdpa.call is not None
-    assert sdpa.call.args == [{"strided": {"tensor": i}, "stride": [6144, 8, 96, 1]}
-                              for i in range(3)]  # q, k, v: views of the qkv projection
+    assert sdpa.call.args == [
+        {"strided": {"tensor": i}, "stride": [6144, 8, 96, 1]} for i in range(3)
+    ]  # q, k, v: views of the qkv projection
     assert sdpa.flops == 2 * (2 * 2 * 4 * 64 * 64 * 8) and sdpa.flop_rule == "matmul"
     mean = by_op["torch.Tensor.mean"]
     assert mean.call is not None and mean.call.kwargs == {"dim": 1}
@@ -108,14 +123,18 @@ def test_calls_are_described_exactly(mixed: HarvestResult) -> None:
 
 
 def test_flop_counter_part_equals_flop_counter_mode_on_the_whole_model(
-        mixed: HarvestResult) -> None:
+    mixed: HarvestResult,
+) -> None:
     with torch.device("meta"):
         model = MixedNet()
     expected = meta_flop_counter(model, torch.empty(2, 3, 32, 32, device="meta"))
     assert mixed.counter_flops == expected
     # What our formulas add (softmax, norms, elementwise) comes on top, in ops it gives 0.
-    formula = sum(op.count * (op.flops or 0) for op in mixed.spec.operators
-                  if not counted_by_flop_counter(op.flop_rule))
+    formula = sum(
+        op.count * (op.flops or 0)
+        for op in mixed.spec.operators
+        if not counted_by_flop_counter(op.flop_rule)
+    )
     assert mixed.flops == expected + formula and formula > 0
     assert_no_double_counting(mixed.spec)
 
@@ -125,14 +144,21 @@ def test_every_configuration_rebuilds_and_runs_on_the_cpu(mixed: HarvestResult) 
 
 
 def test_custom_leaf_with_weights_is_opaque_and_reported(mixed: HarvestResult) -> None:
-    assert mixed.opaque == [OpaqueOp("tests.harvest.models.Scale", ["scale"], 1,
-                                     "tests.harvest.models.Scale is not a torch.nn class")]
+    assert mixed.opaque == [
+        OpaqueOp(
+            "tests.harvest.models.Scale",
+            ["scale"],
+            1,
+            "tests.harvest.models.Scale is not a torch.nn class",
+        )
+    ]
     scale = next(op for op in mixed.spec.operators if op.form == "opaque")
     assert scale.args == {"state": {"weight": [32]}}
     assert (scale.flops, scale.flop_rule, scale.params) == (2 * 64 * 32, "elementwise", 32)
     assert scale.bytes == 4 * (2 * 2 * 64 * 32 + 32)  # input, output, weight
     assert mixed.spec.provenance["opaque"] == [
-        "tests.harvest.models.Scale at scale: tests.harvest.models.Scale is not a torch.nn class"]
+        "tests.harvest.models.Scale at scale: tests.harvest.models.Scale is not a torch.nn class"
+    ]
     with pytest.raises(Exception, match="opaque"):
         build_op(scale)
 
@@ -142,7 +168,8 @@ def test_custom_leaves_can_be_traced_instead() -> None:
     assert result.opaque == []
     inside = [op for op in result.spec.operators if op.locations == ["scale"]]
     assert [(op.op, [t.shape for t in op.inputs]) for op in inside] == [
-        ("torch.Tensor.mul", [[2, 64, 32], [32]])]  # the weight became an input
+        ("torch.Tensor.mul", [[2, 64, 32], [32]])
+    ]  # the weight became an input
     assert result.flops == harvest(MixedNet(), IMAGES).flops
 
 
@@ -166,8 +193,9 @@ def test_the_users_model_is_left_as_it_was() -> None:
     before = {n: p.clone() for n, p in model.named_parameters()}
     harvest(model, torch.randn(2, 3, 32, 32))
     assert model.training and all(m.training for m in model.modules())
-    assert all(p.device.type == "cpu" and torch.equal(p, before[n])
-               for n, p in model.named_parameters())
+    assert all(
+        p.device.type == "cpu" and torch.equal(p, before[n]) for n, p in model.named_parameters()
+    )
     assert not model._forward_hooks and not model.stem._forward_pre_hooks
 
 
@@ -202,7 +230,8 @@ def test_written_specs_load_back_with_their_keys(mixed: HarvestResult, tmp_path:
     path = mixed.write(tmp_path / "mixed.yaml")
     loaded = load_spec(path, max_bytes=10**7)
     assert [op.model_copy(update={"key": None}) for op in loaded.spec.operators] == (
-        mixed.spec.operators)
+        mixed.spec.operators
+    )
     assert list(loaded.keys) == [operator_key(op, "inference") for op in mixed.spec.operators]
     assert "key: " in path.read_text()
 
@@ -210,11 +239,17 @@ def test_written_specs_load_back_with_their_keys(mixed: HarvestResult, tmp_path:
 def test_a_model_that_needs_data_runs_on_the_cpu_and_says_so() -> None:
     result = harvest(DataDependent(), torch.randn(3, 8))
     assert result.device == "cpu"
-    assert result.fallback == ("needs data on the meta device: RuntimeError: Tensor.item() cannot "
-                               "be called on meta tensors")
+    assert result.fallback == (
+        "needs data on the meta device: RuntimeError: Tensor.item() cannot "
+        "be called on meta tensors"
+    )
     assert result.spec.provenance["device"] == "cpu"
-    assert [op.op for op in result.spec.operators] == ["torch.nn.Linear", "torch.Tensor.sum",
-                                                       "torch.Tensor.gt", "torch.relu"]
+    assert [op.op for op in result.spec.operators] == [
+        "torch.nn.Linear",
+        "torch.Tensor.sum",
+        "torch.Tensor.gt",
+        "torch.relu",
+    ]
     assert_round_trip(result.spec)
 
 
@@ -226,15 +261,18 @@ def test_a_referenced_model_that_needs_data_is_rebuilt_on_the_cpu() -> None:
 def test_meta_only_refuses_to_fall_back() -> None:
     with pytest.raises(HarvestError) as info:
         harvest(DataDependent(), torch.randn(3, 8), device="meta")
-    assert str(info.value) == ("the model raised RuntimeError: Tensor.item() cannot be called on "
-                               "meta tensors (device='auto' runs it on the CPU)")
+    assert str(info.value) == (
+        "the model raised RuntimeError: Tensor.item() cannot be called on "
+        "meta tensors (device='auto' runs it on the CPU)"
+    )
 
 
 def test_a_meta_model_without_a_reference_cannot_fall_back() -> None:
     with torch.device("meta"):
         model = DataDependent()
-    with pytest.raises(HarvestError, match="has no weights .* pass a model built on the CPU, or a "
-                                           "reference"):
+    with pytest.raises(
+        HarvestError, match="has no weights .* pass a model built on the CPU, or a reference"
+    ):
         harvest(model, torch.randn(3, 8))
 
 
@@ -270,8 +308,9 @@ def test_calls_a_spec_cannot_describe_are_skipped_and_reported() -> None:
 
     result = harvest(Empty(), TensorSpec(shape=[4]))
     assert [op.op for op in result.spec.operators] == ["torch.Tensor.mul"]
-    assert result.warnings == ["skipped calls on tensors a spec cannot describe: "
-                               "tensor [0]:float32 ×2"]
+    assert result.warnings == [
+        "skipped calls on tensors a spec cannot describe: tensor [0]:float32 ×2"
+    ]
     assert result.spec.provenance["skipped"] == {"tensor [0]:float32": 2}
 
 
@@ -282,7 +321,12 @@ def test_calls_outside_the_allow_list_are_opaque_with_their_cost() -> None:
 
     result = harvest(Aten(), TensorSpec(shape=[4, 4]))
     (op,) = result.spec.operators
-    assert (op.op, op.form, op.flops, op.flop_rule) == ("torch.ops.aten.mm", "opaque",
-                                                         2 * 4 * 4 * 4, "matmul")
-    assert result.opaque == [OpaqueOp("torch.ops.aten.mm", [""], 1,
-                                      "not an allowed torch function")]
+    assert (op.op, op.form, op.flops, op.flop_rule) == (
+        "torch.ops.aten.mm",
+        "opaque",
+        2 * 4 * 4 * 4,
+        "matmul",
+    )
+    assert result.opaque == [
+        OpaqueOp("torch.ops.aten.mm", [""], 1, "not an allowed torch function")
+    ]

@@ -15,8 +15,9 @@ def test_shape_only_is_a_float_positional_input() -> None:
 
 def test_name_dtype_and_range() -> None:
     spec = parse_input("input_ids=8x128:int64:0..30522")
-    assert spec == TensorSpec(name="input_ids", shape=[8, 128], dtype="int64",
-                              value_range=(0, 30522))
+    assert spec == TensorSpec(
+        name="input_ids", shape=[8, 128], dtype="int64", value_range=(0, 30522)
+    )
 
 
 @pytest.mark.parametrize(
@@ -68,8 +69,10 @@ def test_model_inputs_split_positional_and_keyword() -> None:
     meta_args, _ = inputs.materialize(torch.device("meta"), None)
     assert meta_args[0].device.type == "meta"
     described = inputs.specs(torch.float16)
-    assert [(t.shape, t.dtype, t.name) for t in described] == [([2, 3], "float16", None),
-                                                                ([2, 3], "bool", "mask")]
+    assert [(t.shape, t.dtype, t.name) for t in described] == [
+        ([2, 3], "float16", None),
+        ([2, 3], "bool", "mask"),
+    ]
 
 
 def test_model_inputs_refuse_strings() -> None:

@@ -41,22 +41,30 @@ MODULES = [
 def test_torch_nn_modules_are_rebuilt_generically(module: nn.Module) -> None:
     found = constructor_args(module)
     assert isinstance(found, Rebuildable), found
-    spec = OperatorSpec(op=found.op, form="module", args=found.args,
-                        dtype=found.dtype)  # type: ignore[arg-type]
+    spec = OperatorSpec(op=found.op, form="module", args=found.args, dtype=found.dtype)  # type: ignore[arg-type]
     rebuilt = build_op(spec, device="meta").module
     assert type(rebuilt) is type(module)
     assert rebuilt is not None and rebuilt.extra_repr() == module.extra_repr()
     assert [(n, p.shape) for n, p in rebuilt.named_parameters()] == [
-        (n, p.shape) for n, p in module.named_parameters()]
+        (n, p.shape) for n, p in module.named_parameters()
+    ]
 
 
 def test_recovered_arguments_are_readable() -> None:
     found = constructor_args(nn.Conv2d(3, 64, 7, 2, 3, bias=False))
     assert found == Rebuildable(
         "torch.nn.Conv2d",
-        {"in_channels": 3, "out_channels": 64, "kernel_size": [7, 7], "stride": [2, 2],
-         "padding": [3, 3], "dilation": [1, 1], "groups": 1, "bias": False,
-         "padding_mode": "zeros"},
+        {
+            "in_channels": 3,
+            "out_channels": 64,
+            "kernel_size": [7, 7],
+            "stride": [2, 2],
+            "padding": [3, 3],
+            "dilation": [1, 1],
+            "groups": 1,
+            "bias": False,
+            "padding_mode": "zeros",
+        },
         "float32",
     )
 

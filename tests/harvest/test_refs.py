@@ -14,10 +14,14 @@ from operator_db.specs import TensorSpec
 
 
 def test_references_with_overrides_in_the_text_and_beside_it() -> None:
-    ref = parse_reference("transformers:BertModel?num_hidden_layers=2&hidden_act=gelu",
-                          {"vocab_size": 100})
-    assert ref == ModelRef("transformers", "BertModel",
-                           {"num_hidden_layers": 2, "hidden_act": "gelu", "vocab_size": 100})
+    ref = parse_reference(
+        "transformers:BertModel?num_hidden_layers=2&hidden_act=gelu", {"vocab_size": 100}
+    )
+    assert ref == ModelRef(
+        "transformers",
+        "BertModel",
+        {"num_hidden_layers": 2, "hidden_act": "gelu", "vocab_size": 100},
+    )
     assert ref.text == "transformers:BertModel"
     assert ref.default_name == "bertmodel"
     assert parse_reference("module:operator_db.examples:mlp").default_name == "mlp"
@@ -26,7 +30,13 @@ def test_references_with_overrides_in_the_text_and_beside_it() -> None:
 
 def test_override_values_are_read_as_json_where_they_parse() -> None:
     assert parse_overrides(["a=6", "b=true", "c=[64, 64]", "d=gelu", "e=1e-5", "f=None"]) == {
-        "a": 6, "b": True, "c": [64, 64], "d": "gelu", "e": 1e-5, "f": None}
+        "a": 6,
+        "b": True,
+        "c": [64, 64],
+        "d": "gelu",
+        "e": 1e-5,
+        "f": None,
+    }
     with pytest.raises(HarvestError, match="bad override 'oops': expected key=value"):
         parse_overrides(["oops"])
 
@@ -47,8 +57,9 @@ def test_bad_references(text: str, problem: str) -> None:
 
 
 @pytest.mark.parametrize("library", ["torchvision", "timm"])
-def test_a_missing_library_says_what_to_install(library: str,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_library_says_what_to_install(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, library, None)  # import raises ImportError
     with pytest.raises(HarvestError) as info:
         load_model(parse_reference(f"{library}:resnet50"))
@@ -80,7 +91,8 @@ def test_transformers_models_are_built_on_meta_from_the_default_config() -> None
     assert model.config.num_hidden_layers == 1
     assert model.config.hidden_size == 768  # the library default, nothing downloaded
     assert default_inputs(parse_reference("transformers:BertModel"), model) == [
-        TensorSpec(name="input_ids", shape=[1, 128], dtype="int64", value_range=(0, 30522))]
+        TensorSpec(name="input_ids", shape=[1, 128], dtype="int64", value_range=(0, 30522))
+    ]
 
 
 def test_vision_defaults() -> None:
@@ -90,14 +102,18 @@ def test_vision_defaults() -> None:
 
 
 def test_unknown_transformers_class_suggests_names() -> None:
-    with pytest.raises(HarvestError, match="unknown transformers class 'BertModl'; did you mean: "
-                                           "BertModel"):
+    with pytest.raises(
+        HarvestError, match="unknown transformers class 'BertModl'; did you mean: BertModel"
+    ):
         load_model(parse_reference("transformers:BertModl"))
 
 
 def test_unknown_config_field_is_refused() -> None:
-    with pytest.raises(HarvestError, match="BertConfig: unknown config field 'num_hidden_layer'; "
-                                           "did you mean: num_hidden_layers"):
+    with pytest.raises(
+        HarvestError,
+        match="BertConfig: unknown config field 'num_hidden_layer'; "
+        "did you mean: num_hidden_layers",
+    ):
         load_model(parse_reference("transformers:BertModel?num_hidden_layer=2"))
 
 
@@ -110,19 +126,29 @@ def test_module_factories_get_overrides_as_keyword_arguments() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("module:no_such_package.models:f",
-         "cannot import 'no_such_package.models' for module:no_such_package.models:f: "
-         "ModuleNotFoundError: No module named 'no_such_package'"),
-        ("module:tests.harvest.models:mixd",
-         "tests.harvest.models: unknown factory 'mixd'; did you mean: mixed, MixedNet?"),
-        ("module:tests.harvest.models:raising_factory",
-         "building module:tests.harvest.models:raising_factory raised RuntimeError: "
-         "factory failed"),
-        ("module:tests.harvest.models:not_a_module",
-         "module:tests.harvest.models:not_a_module returned int, not a torch.nn.Module"),
-        ("module:operator_db.examples:mlp?colour=red",
-         "building module:operator_db.examples:mlp raised TypeError: mlp() got an unexpected "
-         "keyword argument 'colour'"),
+        (
+            "module:no_such_package.models:f",
+            "cannot import 'no_such_package.models' for module:no_such_package.models:f: "
+            "ModuleNotFoundError: No module named 'no_such_package'",
+        ),
+        (
+            "module:tests.harvest.models:mixd",
+            "tests.harvest.models: unknown factory 'mixd'; did you mean: mixed, MixedNet?",
+        ),
+        (
+            "module:tests.harvest.models:raising_factory",
+            "building module:tests.harvest.models:raising_factory raised RuntimeError: "
+            "factory failed",
+        ),
+        (
+            "module:tests.harvest.models:not_a_module",
+            "module:tests.harvest.models:not_a_module returned int, not a torch.nn.Module",
+        ),
+        (
+            "module:operator_db.examples:mlp?colour=red",
+            "building module:operator_db.examples:mlp raised TypeError: mlp() got an unexpected "
+            "keyword argument 'colour'",
+        ),
     ],
 )
 def test_module_reference_errors(text: str, message: str) -> None:

@@ -29,27 +29,39 @@ def _load(name: str) -> Spec:
 def test_shipped_spec_describes_its_model(name: str) -> None:
     spec = _load(name)
     reference, batch = SHIPPED[name]
-    assert (spec.model.name, spec.model.reference, spec.model.batch_size) == (name, reference,
-                                                                              batch)
+    assert (spec.model.name, spec.model.reference, spec.model.batch_size) == (
+        name,
+        reference,
+        batch,
+    )
     assert spec.model.mode == "inference" and spec.model.dtype == "float32"
     assert spec.provenance["device"] == "meta" and "opaque" not in spec.provenance
-    assert all(op.key is not None and op.flops is not None and op.bytes is not None
-               for op in spec.operators)
+    assert all(
+        op.key is not None and op.flops is not None and op.bytes is not None
+        for op in spec.operators
+    )
     if reference == "transformers:BertModel":
         assert [t.model_dump(exclude_none=True) for t in spec.model.inputs] == [
-            {"name": "input_ids", "shape": [batch, 128], "dtype": "int64",
-             "value_range": (0, 30522)}]
+            {
+                "name": "input_ids",
+                "shape": [batch, 128],
+                "dtype": "int64",
+                "value_range": (0, 30522),
+            }
+        ]
     else:
         assert [(t.name, t.shape) for t in spec.model.inputs] == [
-            ("pixel_values", [batch, 3, 224, 224])]
+            ("pixel_values", [batch, 3, 224, 224])
+        ]
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_spec_is_what_the_harvester_produces_today(name: str) -> None:
     shipped = _load(name)
     reference, _ = SHIPPED[name]
-    fresh = harvest(reference, list(shipped.model.inputs), name=name,
-                    description=shipped.model.description).spec
+    fresh = harvest(
+        reference, list(shipped.model.inputs), name=name, description=shipped.model.description
+    ).spec
     assert fresh.model == shipped.model
     assert [op.model_copy(update={"key": None}) for op in shipped.operators] == fresh.operators
 
@@ -60,5 +72,7 @@ def test_every_shipped_configuration_rebuilds_and_runs_on_the_cpu(name: str) -> 
 
 
 def test_the_hand_written_examples_are_left_alone() -> None:
-    assert {p.name for p in Path(EXAMPLE_SPECS).glob("mlp-*.yaml")} == {"mlp-small-b8.yaml",
-                                                                        "mlp-deep-b8.yaml"}
+    assert {p.name for p in Path(EXAMPLE_SPECS).glob("mlp-*.yaml")} == {
+        "mlp-small-b8.yaml",
+        "mlp-deep-b8.yaml",
+    }

@@ -28,8 +28,9 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 20, alloc
 
 
 def faults(mode: str) -> tuple[int, str]:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True,
-                         check=True).stdout.split(maxsplit=1)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True
+    ).stdout.split(maxsplit=1)
     return int(out[0]), out[1].strip()
 
 

@@ -193,8 +193,14 @@ def test_min_time_stretches_the_blocks() -> None:
     result = measure(op(clock), device, settings, min_time_s=1.0, clock=clock, sleep=clock.sleep)
     assert result.eager.calls_per_block == 10
     assert len(result.eager.block_s) == 100  # 1 s of 10 ms blocks
-    capped = measure(op(clock), device, settings.model_copy(update={"max_blocks": 30}),
-                     min_time_s=1.0, clock=clock, sleep=clock.sleep)
+    capped = measure(
+        op(clock),
+        device,
+        settings.model_copy(update={"max_blocks": 30}),
+        min_time_s=1.0,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert len(capped.eager.block_s) == 30
 
 
@@ -215,8 +221,9 @@ def test_interleaved_rounds_see_the_same_drift() -> None:
 
     settings = fast_settings(block_min_s=0.004, blocks=20, energy=False, seed=3)
     op_a, op_b, model = target("a", 1e-3), target("b", 2e-3), target("model", 3e-3)
-    separate = [measure(r, device, settings, clock=clock, sleep=clock.sleep)
-                for r in (op_a, op_b, model)]
+    separate = [
+        measure(r, device, settings, clock=clock, sleep=clock.sleep) for r in (op_a, op_b, model)
+    ]
     sum_separate = sum(r.eager.summary.median for r in separate[:2])
     assert separate[2].eager.summary.median / sum_separate == pytest.approx(2.0)  # drift, not ops
 
@@ -243,10 +250,10 @@ def _rounds(order: list[str], calls: list[int]) -> list[list[str]]:
     blocks: list[str] = []
     i = len(order) - 20 * sum(per.values())  # warm-up calls come first
     while i < len(order):
-        assert order[i:i + per[order[i]]] == [order[i]] * per[order[i]]
+        assert order[i : i + per[order[i]]] == [order[i]] * per[order[i]]
         blocks.append(order[i])
         i += per[order[i]]
-    rounds = [blocks[k:k + 3] for k in range(0, len(blocks), 3)]
+    rounds = [blocks[k : k + 3] for k in range(0, len(blocks), 3)]
     assert len(rounds) == 20 and all(sorted(r) == names for r in rounds)
     return rounds
 
@@ -259,6 +266,11 @@ def test_interleaved_edge_cases() -> None:
     with pytest.raises(ValueError, match="need distinct names"):
         measure_interleaved([Target("x", op(clock)), Target("x", op(clock))], device, settings)
     # With energy on, each target still gets its own trials after the rounds.
-    with_energy = measure_interleaved([Target("x", op(clock)), Target("y", op(clock))], device,
-                                      fast_settings(trials=2), clock=clock, sleep=clock.sleep)
+    with_energy = measure_interleaved(
+        [Target("x", op(clock)), Target("y", op(clock))],
+        device,
+        fast_settings(trials=2),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert [len(r.trials) for r in with_energy] == [2, 2]

@@ -45,11 +45,14 @@ def _matmul(n: int, dtype: torch.dtype = torch.float16):  # type: ignore[no-unty
 def test_large_matmul_matches_torch_benchmark(gpu: NvidiaDevice) -> None:
     run, a, b, out = _matmul(8192)
     ours = measure(run, gpu, MeasureSettings(energy=False)).eager.summary.median
-    timer = benchmark.Timer("torch.matmul(a, b, out=out)", globals={"torch": torch, "a": a,
-                                                                     "b": b, "out": out})
+    timer = benchmark.Timer(
+        "torch.matmul(a, b, out=out)", globals={"torch": torch, "a": a, "b": b, "out": out}
+    )
     theirs = timer.blocked_autorange(min_run_time=2.0).median
-    print(f"\n8192² fp16 matmul: ours {ours * 1e3:.3f} ms, torch.utils.benchmark "
-          f"{theirs * 1e3:.3f} ms, {2 * 8192**3 / ours / 1e12:.0f} TFLOP/s")
+    print(
+        f"\n8192² fp16 matmul: ours {ours * 1e3:.3f} ms, torch.utils.benchmark "
+        f"{theirs * 1e3:.3f} ms, {2 * 8192**3 / ours / 1e12:.0f} TFLOP/s"
+    )
     assert ours == pytest.approx(theirs, rel=0.05)
 
 
@@ -62,10 +65,12 @@ def test_sampler_overhead_on_time(gpu: NvidiaDevice) -> None:
     in_window = [t.window.duration_s / t.calls for t in result.trials]
     overhead = max(in_window) / plain - 1
     energy = result.energy_per_call
-    print(f"\n4096² fp16 matmul: {plain * 1e6:.1f} µs plain, {min(in_window) * 1e6:.1f}–"
-          f"{max(in_window) * 1e6:.1f} µs in energy windows (overhead {overhead:+.2%}); "
-          f"{energy.median * 1e3 if energy else float('nan'):.3f} mJ/call, "
-          f"{result.power_mean_w:.0f} W, counter vs integral {result.disagreement:+.2%}")
+    print(
+        f"\n4096² fp16 matmul: {plain * 1e6:.1f} µs plain, {min(in_window) * 1e6:.1f}–"
+        f"{max(in_window) * 1e6:.1f} µs in energy windows (overhead {overhead:+.2%}); "
+        f"{energy.median * 1e3 if energy else float('nan'):.3f} mJ/call, "
+        f"{result.power_mean_w:.0f} W, counter vs integral {result.disagreement:+.2%}"
+    )
     assert overhead < 0.02
     assert energy is not None and energy.median > 0
     assert result.energy_source == "counter"
@@ -79,7 +84,9 @@ def test_small_op_gets_cuda_graph_timing(gpu: NvidiaDevice) -> None:
 
     result = measure(run, gpu, MeasureSettings(energy=False))
     methods = {t.method: t.summary.median for t in result.timings}
-    print(f"\nrelu(256): eager {methods['eager'] * 1e6:.2f} µs, graph "
-          f"{methods.get('graph', float('nan')) * 1e6:.2f} µs")
+    print(
+        f"\nrelu(256): eager {methods['eager'] * 1e6:.2f} µs, graph "
+        f"{methods.get('graph', float('nan')) * 1e6:.2f} µs"
+    )
     assert "graph" in methods
     assert methods["graph"] < methods["eager"]

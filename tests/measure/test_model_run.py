@@ -62,8 +62,9 @@ def test_hollow_only_for_inference_with_names() -> None:
     cpu = torch.device("cpu")
     plain = prepare_model_run(ref, {}, "inference", "float32", inputs, device=cpu)
     assert plain.hollow is None and plain.stubbed == 0
-    stubbed = prepare_model_run(ref, {}, "inference", "float32", inputs, device=cpu,
-                                stub={"0", "1", "2"})
+    stubbed = prepare_model_run(
+        ref, {}, "inference", "float32", inputs, device=cpu, stub={"0", "1", "2"}
+    )
     assert stubbed.hollow is not None and stubbed.stubbed >= 1
     assert isinstance(stubbed.hollow(), torch.Tensor)
     training = prepare_model_run(ref, {}, "training", "float32", inputs, device=cpu, stub={"0"})
@@ -76,7 +77,14 @@ def test_hollow_refuses_names_the_model_does_not_call() -> None:
     with pytest.raises(MeasurementError, match=expected):
         hollow_forward(net, (torch.randn(3, 8),), {}, {"block", "head", "not.a.module"})
     ref = "module:operator_db.examples:mlp?hidden=[16]"
-    run = prepare_model_run(ref, {}, "inference", "float32", [{"shape": [2, 784]}],
-                            device=torch.device("cpu"), stub={"0", "encoder.7"})
+    run = prepare_model_run(
+        ref,
+        {},
+        "inference",
+        "float32",
+        [{"shape": [2, 784]}],
+        device=torch.device("cpu"),
+        stub={"0", "encoder.7"},
+    )
     assert run.hollow is None and run.hollow_unavailable is not None
     assert "'encoder.7'" in run.hollow_unavailable

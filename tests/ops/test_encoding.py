@@ -48,8 +48,9 @@ def _roundtrip(value: Any, *, index: bool = False) -> Any:
         ({"a": (1, 2)}, {"dict": {"a": [1, 2]}}, {"a": (1, 2)}),
     ],
 )
-def test_values_encode_as_documented_and_decode_back(value: Any, encoded: Any,
-                                                      decoded: Any) -> None:
+def test_values_encode_as_documented_and_decode_back(
+    value: Any, encoded: Any, decoded: Any
+) -> None:
     got_encoded, got_decoded = _roundtrip(value)
     assert got_encoded == encoded
     assert got_decoded == decoded
@@ -105,8 +106,15 @@ def test_values_without_a_json_form_are_refused(value: Any) -> None:
 
 @pytest.mark.parametrize(
     "encoded",
-    [{"nope": 1}, {"a": 1, "b": 2}, {"tensor": "x"}, {"slice": [1]}, {"dtype": "float99"},
-     {"float": "huge"}, {"memory_format": "diagonal"}],
+    [
+        {"nope": 1},
+        {"a": 1, "b": 2},
+        {"tensor": "x"},
+        {"slice": [1]},
+        {"dtype": "float99"},
+        {"float": "huge"},
+        {"memory_format": "diagonal"},
+    ],
 )
 def test_malformed_encodings_are_refused(encoded: Any) -> None:
     with pytest.raises(EncodingError):

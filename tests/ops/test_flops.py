@@ -23,7 +23,10 @@ def tally(fn: Any) -> tuple[int, str, bool]:
 def test_matrix_products_are_flop_counter_mode_counts() -> None:
     assert tally(lambda: meta(8, 16) @ meta(16, 32)) == (2 * 8 * 16 * 32, "matmul", True)
     assert tally(lambda: F.conv2d(meta(1, 3, 8, 8), meta(4, 3, 3, 3))) == (
-        2 * 4 * 6 * 6 * 3 * 3 * 3, "convolution", True)
+        2 * 4 * 6 * 6 * 3 * 3 * 3,
+        "convolution",
+        True,
+    )
 
 
 @pytest.mark.parametrize(
@@ -34,15 +37,21 @@ def test_matrix_products_are_flop_counter_mode_counts() -> None:
         (lambda: meta(4, 8).softmax(-1), 5 * 32, "softmax"),
         (lambda: F.layer_norm(meta(4, 8), (8,), meta(8), meta(8)), 7 * 32, "normalization"),
         (lambda: F.layer_norm(meta(4, 8), (8,)), 5 * 32, "normalization"),
-        (lambda: F.batch_norm(meta(2, 3, 4, 4), meta(3), meta(3), meta(3), meta(3)),
-         4 * 96, "normalization"),
+        (
+            lambda: F.batch_norm(meta(2, 3, 4, 4), meta(3), meta(3), meta(3), meta(3)),
+            4 * 96,
+            "normalization",
+        ),
         (lambda: F.max_pool2d(meta(1, 2, 8, 8), 3, 2, 1), 2 * 4 * 4 * 9, "pooling"),
         (lambda: F.adaptive_avg_pool2d(meta(1, 2, 8, 8), 2), 128, "pooling"),
         (lambda: F.adaptive_avg_pool2d(meta(1, 2, 8, 8), 1), 128, "reduction"),  # a mean
         (lambda: meta(4, 8).sum(-1), 32, "reduction"),
         (lambda: meta(4, 8).var(-1), 96, "reduction"),
-        (lambda: F.interpolate(meta(1, 1, 4, 4), scale_factor=2, mode="bilinear"), 7 * 64,
-         "interpolation"),
+        (
+            lambda: F.interpolate(meta(1, 1, 4, 4), scale_factor=2, mode="bilinear"),
+            7 * 64,
+            "interpolation",
+        ),
         (lambda: torch.mv(meta(4, 8), meta(8)), 64, "matvec"),
     ],
 )
@@ -52,8 +61,14 @@ def test_formulas_count_what_flop_counter_mode_does_not(fn: Any, flops: int, rul
 
 @pytest.mark.parametrize(
     "fn",
-    [lambda x: x.view(8, 4), lambda x: x.transpose(0, 1), lambda x: x.contiguous(),
-     lambda x: x[:, 1:3], lambda x: x.to(torch.float32), lambda x: torch.empty_like(x)],
+    [
+        lambda x: x.view(8, 4),
+        lambda x: x.transpose(0, 1),
+        lambda x: x.contiguous(),
+        lambda x: x[:, 1:3],
+        lambda x: x.to(torch.float32),
+        lambda x: torch.empty_like(x),
+    ],
 )
 def test_views_and_no_ops_move_no_data(fn: Any) -> None:
     x = meta(4, 8)
@@ -78,12 +93,21 @@ def test_counter_rules_are_recognised() -> None:
 def test_linear_cost_matches_the_hand_written_example_spec() -> None:
     # measurement_specs/mlp-small-b8.yaml: Linear(784, 256) on [8, 784] float32.
     spec = OperatorSpec.model_validate(
-        {"op": "torch.nn.Linear", "form": "module", "dtype": "float32",
-         "args": {"in_features": 784, "out_features": 256, "bias": True},
-         "inputs": [{"shape": [8, 784]}]})
+        {
+            "op": "torch.nn.Linear",
+            "form": "module",
+            "dtype": "float32",
+            "args": {"in_features": 784, "out_features": 256, "bias": True},
+            "inputs": [{"shape": [8, 784]}],
+        }
+    )
     cost = op_cost(spec)
-    assert (cost.flops, cost.flop_rule, cost.bytes, cost.params) == (3211264, "matmul", 837120,
-                                                                      200960)
+    assert (cost.flops, cost.flop_rule, cost.bytes, cost.params) == (
+        3211264,
+        "matmul",
+        837120,
+        200960,
+    )
     assert cost.flops_backward is None
     assert cost.device == "meta"
     training = op_cost(spec, "training")
@@ -92,8 +116,12 @@ def test_linear_cost_matches_the_hand_written_example_spec() -> None:
 
 def test_attention_on_meta_is_counted_as_its_matmuls() -> None:
     spec = OperatorSpec.model_validate(
-        {"op": "torch.nn.functional.scaled_dot_product_attention", "form": "function",
-         "inputs": [{"shape": [1, 2, 16, 8]}] * 3})
+        {
+            "op": "torch.nn.functional.scaled_dot_product_attention",
+            "form": "function",
+            "inputs": [{"shape": [1, 2, 16, 8]}] * 3,
+        }
+    )
     cost = op_cost(spec)
     assert (cost.flops, cost.flop_rule) == (2 * (2 * 2 * 16 * 16 * 8), "matmul")
     assert cost.bytes == 4 * 4 * (2 * 16 * 8)
@@ -101,7 +129,8 @@ def test_attention_on_meta_is_counted_as_its_matmuls() -> None:
 
 def test_an_op_that_needs_data_is_counted_on_the_cpu() -> None:
     spec = OperatorSpec.model_validate(
-        {"op": "torch.nonzero", "form": "function", "inputs": [{"shape": [4, 4]}]})
+        {"op": "torch.nonzero", "form": "function", "inputs": [{"shape": [4, 4]}]}
+    )
     cost = op_cost(spec)
     assert cost.device == "cpu"
     assert cost.flop_rule == "none"

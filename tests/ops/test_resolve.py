@@ -36,10 +36,22 @@ def test_functions_get_names_that_resolve_back_to_them(func: object, name: str) 
 
 @pytest.mark.parametrize(
     "name",
-    ["os.system", "builtins.eval", "torch.load", "torch.save", "torch.hub.load",
-     "torch.Tensor.backward", "torch.Tensor.register_hook", "torch.Tensor._make_subclass",
-     "torch.Tensor.__reduce_ex__", "torch.nn.functional._in_projection", "torch.manual_seed",
-     "torch.nn.functional.no_such_function", "torch.from_file", "torch.ops.aten.mm"],
+    [
+        "os.system",
+        "builtins.eval",
+        "torch.load",
+        "torch.save",
+        "torch.hub.load",
+        "torch.Tensor.backward",
+        "torch.Tensor.register_hook",
+        "torch.Tensor._make_subclass",
+        "torch.Tensor.__reduce_ex__",
+        "torch.nn.functional._in_projection",
+        "torch.manual_seed",
+        "torch.nn.functional.no_such_function",
+        "torch.from_file",
+        "torch.ops.aten.mm",
+    ],
 )
 def test_only_allowed_tensor_math_resolves(name: str) -> None:
     with pytest.raises(UnknownOperatorError):
@@ -52,8 +64,12 @@ def test_module_classes_resolve_inside_torch_nn_only() -> None:
         nn.modules.linear.NonDynamicallyQuantizableLinear
     )
     assert module_name(nn.Conv2d) == "torch.nn.Conv2d"
-    for bad in ("torch.nn.functional.relu", "collections.OrderedDict", "torch.nn.Nope",
-                "torch.optim.SGD"):
+    for bad in (
+        "torch.nn.functional.relu",
+        "collections.OrderedDict",
+        "torch.nn.Nope",
+        "torch.optim.SGD",
+    ):
         with pytest.raises(UnknownOperatorError):
             resolve_module(bad)
 

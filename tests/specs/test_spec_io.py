@@ -112,9 +112,7 @@ def test_version_1_specs_are_read_with_kind_as_form(tmp_path: Path) -> None:
         op["kind"] = op.pop("form")
     loaded_old, loaded_new = parse_spec(old, "old.yaml"), parse_spec(current, "new.yaml")
     assert loaded_old.spec.spec_version == SPEC_VERSION == 2
-    assert [op.form for op in loaded_old.spec.operators] == [
-        op["kind"] for op in old["operators"]
-    ]
+    assert [op.form for op in loaded_old.spec.operators] == [op["kind"] for op in old["operators"]]
     assert loaded_old.keys == loaded_new.keys
     assert loaded_old.content_hash == loaded_new.content_hash
     # A version-2 file must say form: kind is unknown there.

@@ -26,8 +26,9 @@ from tests.helpers import FAST_MEASURE, linear_op, relu_op, run_cli, spec_dict
 
 def ingest_mlp(store: Store, name: str = "tiny") -> int:
     """Harvest a small MLP (Linear, ReLU, Linear) into the store; return its configurations."""
-    result = harvest("module:operator_db.examples:mlp?hidden=[64]",
-                     torch.empty(4, 784, device="meta"), name=name)
+    result = harvest(
+        "module:operator_db.examples:mlp?hidden=[64]", torch.empty(4, 784, device="meta"), name=name
+    )
     loaded = parse_spec(result.spec.model_dump(mode="json"), f"{name}.yaml")
     with store.transaction() as session:
         ingest_specs(session, [loaded])
@@ -35,8 +36,12 @@ def ingest_mlp(store: Store, name: str = "tiny") -> int:
 
 
 def run_worker(store: Store, device: FakeDevice) -> tuple[int, int]:
-    stats = Worker(store, device, fast_settings(model_min_time_s=0.01),
-                   WorkerOptions(until_idle=True, poll_s=0.01)).run()
+    stats = Worker(
+        store,
+        device,
+        fast_settings(model_min_time_s=0.01),
+        WorkerOptions(until_idle=True, poll_s=0.01),
+    ).run()
     return stats.done, stats.failed
 
 
@@ -65,8 +70,9 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         assert {m.job_id for m in measurements} == {run.job_id}
         assert "interleaved" in run.flags and all("interleaved" in m.flags for m in measurements)
         vocabulary = {flag.value for flag in Flag}  # a closed vocabulary: no messages in flags
-        assert set(run.flags) <= vocabulary and all(set(m.flags) <= vocabulary
-                                                    for m in measurements)
+        assert set(run.flags) <= vocabulary and all(
+            set(m.flags) <= vocabulary for m in measurements
+        )
         # The configurations, the model and its hollow run (Linear, ReLU, Linear stubbed).
         assert run.provenance["interleaved"] == {"targets": configs + 2, "rounds": 5}
         assert run.provenance["hollow"]["stubbed_modules"] == 3
@@ -78,8 +84,9 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         # Nothing is missing: no second job; remeasure queues one again.
         again = queue.enqueue_model(session, "tiny", kind, interleaved=True)
         assert (again.queued_model_run, again.already_measured) == (False, configs)
-        assert queue.enqueue_model(session, "tiny", kind, interleaved=True,
-                                  remeasure=True).queued_model_run
+        assert queue.enqueue_model(
+            session, "tiny", kind, interleaved=True, remeasure=True
+        ).queued_model_run
 
 
 def test_a_configuration_that_cannot_be_built_is_left_out_and_named(
