@@ -54,6 +54,15 @@ def _check_peaks(peak_flops_per_s: float, peak_bytes_per_s: float) -> None:
         )
 
 
+def _times_s(
+    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
+) -> tuple[float, float]:
+    """Return (compute time, memory time) in s at the peaks, after checking the arguments."""
+    _check_work(flops, nbytes)
+    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
+    return flops / peak_flops_per_s, nbytes / peak_bytes_per_s
+
+
 def roofline_time_s(
     flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
 ) -> float:
@@ -62,9 +71,7 @@ def roofline_time_s(
     Raises:
         ValueError: negative work or non-positive peaks.
     """
-    _check_work(flops, nbytes)
-    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
-    return max(flops / peak_flops_per_s, nbytes / peak_bytes_per_s)
+    return max(_times_s(flops, nbytes, peak_flops_per_s, peak_bytes_per_s))
 
 
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
@@ -97,9 +104,8 @@ def bound_type(
     Raises:
         ValueError: negative work or non-positive peaks.
     """
-    _check_work(flops, nbytes)
-    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
-    return "compute" if flops / peak_flops_per_s > nbytes / peak_bytes_per_s else "memory"
+    compute_s, memory_s = _times_s(flops, nbytes, peak_flops_per_s, peak_bytes_per_s)
+    return "compute" if compute_s > memory_s else "memory"
 
 
 @dataclass(frozen=True)

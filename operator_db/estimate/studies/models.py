@@ -1,13 +1,7 @@
 """The model table and what is read off it: latency against batch size and against complexity.
 
-Every function takes ``session``, only reads, and returns pandas DataFrames (or a small dataclass
-of them). Units are in the column names: ``_s`` seconds, ``_j`` joules, ``_per_s`` per second,
-``flops`` FLOPs (never MACs), ``params`` parameter elements.
-
-Measured figures are the *latest eager* result per (target, device kind), as in
-:func:`operator_db.estimate.compose.estimate_model`: a full-model run gives a model's latency, an
-operator measurement gives a configuration's per-call time. Nothing missing is invented: a value
-that was not measured is NaN, and the notes of each study say what was left out and why.
+Conventions (units, which results, NaN for what is not measured): see
+:mod:`operator_db.estimate.studies`.
 """
 
 from __future__ import annotations
