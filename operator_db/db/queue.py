@@ -351,23 +351,30 @@ def expire_exhausted(session: Session) -> int:
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
-def queue_counts(session: Session, device_kind_id: int | None = None) -> dict[str, int]:
-    """Return the number of jobs per status (of one kind, or all)."""
-    query = select(Job.status, func.count()).group_by(Job.status)
-    if device_kind_id is not None:
-        query = query.where(Job.device_kind_id == device_kind_id)
-    return {status: int(n) for status, n in session.execute(query)}
+def queue_counts_by_kind(
+    session: Session, device_kind_id: int | None = None
+) -> list[tuple[str, str, int]]:
+    """Return (device kind name, status, jobs) per kind and status with jobs, sorted.
 
-
-def queue_counts_by_kind(session: Session) -> list[tuple[str, str, int]]:
-    """Return (device kind name, status, jobs) for every kind and status with jobs, sorted."""
-    rows = session.execute(
+    ``device_kind_id`` keeps one kind; None gives all.
+    """
+    query = (
         select(DeviceKind.name, Job.status, func.count())
         .join(Job, Job.device_kind_id == DeviceKind.id)
         .group_by(DeviceKind.name, Job.status)
         .order_by(DeviceKind.name, Job.status)
     )
-    return [(name, status, int(n)) for name, status, n in rows]
+    if device_kind_id is not None:
+        query = query.where(DeviceKind.id == device_kind_id)
+    return [(name, status, int(n)) for name, status, n in session.execute(query)]
+
+
+def queue_counts(session: Session, device_kind_id: int | None = None) -> dict[str, int]:
+    """Return the number of jobs per status (of one kind, or all kinds together)."""
+    counts: dict[str, int] = {}
+    for _kind, status, n in queue_counts_by_kind(session, device_kind_id):
+        counts[status] = counts.get(status, 0) + n
+    return counts
 
 
 def job_target_name(session: Session, job: Job) -> str:
