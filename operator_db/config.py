@@ -60,6 +60,24 @@ class MeasureSettings(BaseModel):
     energy_window_min_calls: int = Field(
         default=32, ge=1, description="And holds >= this many calls."
     )
+    energy_window_min_periods: int = Field(
+        default=50,
+        ge=0,
+        description="And lasts >= this many energy-counter update periods, so that the counter's "
+        "lag of up to one period at the window's end is at most 2 % of it (§1).",
+    )
+    energy_warmup_s: float = Field(
+        default=0.5,
+        ge=0,
+        description="Run the call this long before each energy window opens, in s, so that the "
+        "window does not hold the power's rise time (§1).",
+    )
+    window_time_tolerance: float = Field(
+        default=0.03,
+        ge=0,
+        description="Flag 'window_time_differs' when the per-call time inside the energy windows "
+        "differs from the eager median by more (relative).",
+    )
     trials: int = Field(default=4, ge=1, description="Energy windows per configuration.")
     max_gap_s: float = Field(
         default=0.1, ge=0, description="Random idle gap before each trial, uniform in [0, this] s."

@@ -262,6 +262,9 @@ class _Result:
     trials: Mapped[int] = mapped_column(Integer, default=0)
     window_s: Mapped[float | None] = mapped_column(Float)
     calls_per_window: Mapped[int | None] = mapped_column(Integer)
+    window_time_per_call_s: Mapped[float | None] = mapped_column(Float)
+    """Median over energy trials of the per-call time inside the windows, in s: the time in the
+    regime (clocks, heat) the energy was read in (revision 0004)."""
     energy_source: Mapped[str | None] = mapped_column(String(32))
     energy_unavailable: Mapped[str | None] = mapped_column(Text)
     energy_per_call_j: Mapped[float | None] = mapped_column(Float)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from operator_db.devices.base import Clock, Device, Sleep
+from operator_db.devices.base import Clock, Device, Sleep, Telemetry
 from operator_db.devices.power import EnergyWindow, EnergyWindowResult
 from operator_db.errors import DeviceError, MeasurementError
 from operator_db.measure.allocator import allocator_state
@@ -41,7 +41,12 @@ from operator_db.measure.timing import (
 
 @dataclass(frozen=True)
 class EnergyTrial:
-    """One energy window: its idle gap before, its calls, the window and the telemetry around it."""
+    """One energy window: its idle gap before, its calls, the window and the telemetry around it.
+
+    ``clock_event_reasons`` is the OR of the clock-event masks read at the window's start, between
+    its chunks of calls (about ten times) and at its end, so a power cap or a slowdown inside the
+    window is seen, not only at its edges; ``throttled`` and ``power_capped`` derive from it.
+    """
 
     index: int
     gap_s: float
@@ -51,6 +56,14 @@ class EnergyTrial:
     telemetry_end: dict[str, Any]
     throttled: bool
     power_capped: bool
+    clock_event_reasons: int | None = None
+    telemetry_reads: int = 0
+    """How many telemetry reads ``clock_event_reasons`` combines."""
+
+    @property
+    def time_per_call_s(self) -> float:
+        """Window length / calls, in s: the per-call time in the window's thermal regime."""
+        return self.window.duration_s / self.calls
 
     @property
     def energy_per_call_j(self) -> float | None:
@@ -115,6 +128,12 @@ class MeasureResult:
         return summarize(values).median if values else None
 
     @property
+    def window_time_per_call_s(self) -> float | None:
+        """Median over trials of the per-call time inside the energy windows, in s."""
+        values = [t.time_per_call_s for t in self.trials]
+        return summarize(values).median if values else None
+
+    @property
     def disagreement(self) -> float | None:
         """Largest relative disagreement of counter and integrated energy over trials."""
         values = [d for t in self.trials if (d := t.window.disagreement) is not None]
@@ -137,6 +156,9 @@ class MeasureResult:
                     "index": t.index,
                     "gap_s": t.gap_s,
                     "calls": t.calls,
+                    "time_per_call_s": t.time_per_call_s,
+                    "clock_event_reasons": t.clock_event_reasons,
+                    "telemetry_reads": t.telemetry_reads,
                     "window": t.window.as_dict(),
                     "telemetry_start": t.telemetry_start,
                     "telemetry_end": t.telemetry_end,
@@ -147,12 +169,96 @@ class MeasureResult:
         }
 
 
-def _telemetry(device: Device) -> tuple[dict[str, Any], bool, bool]:
+def _telemetry(device: Device) -> tuple[dict[str, Any], int | None]:
+    """Read the device's telemetry: (JSON-ready dict, clock-event mask or None)."""
     try:
         t = device.telemetry()
     except DeviceError as exc:
-        return {"error": str(exc)}, False, False
-    return t.as_dict(), t.throttled, t.power_capped
+        return {"error": str(exc)}, None
+    return t.as_dict(), t.clock_event_reasons
+
+
+def energy_window_s(device: Device, settings: MeasureSettings) -> float:
+    """Return the length of an energy window on ``device``, in s.
+
+    At least ``energy_window_s``, and at least ``energy_window_min_periods`` update periods of the
+    energy counter: the counter may lag by one period at the window's end (METHODOLOGY §1), which is
+    then at most 1/``energy_window_min_periods`` of the window.
+    """
+    period = device.known_update_period_s() or 0.0
+    return max(settings.energy_window_s, settings.energy_window_min_periods * period)
+
+
+def energy_chunk(device: Device, settings: MeasureSettings, per_call_s: float) -> int:
+    """Return the calls run between two looks at the clock (and the telemetry) in a window."""
+    return calls_for(energy_window_s(device, settings) / 10, per_call_s, 1, 10**9)
+
+
+def energy_trial(
+    run: Call,
+    device: Device,
+    settings: MeasureSettings,
+    *,
+    index: int,
+    chunk: int,
+    gap_s: float,
+    sleep: Sleep,
+    clock: Clock = time.perf_counter_ns,
+) -> EnergyTrial:
+    """Run one energy window after an idle gap of ``gap_s`` seconds and a warm-up.
+
+    The warm-up runs the call for ``energy_warmup_s`` before the window opens, so the window does
+    not hold the power's rise time (METHODOLOGY §1). The window then runs
+    ``energy_window_min_calls`` calls, and chunks of ``chunk`` calls until its length (see
+    :func:`energy_window_s`) has passed on the clock: its length does not rest on the timing's
+    per-call estimate, which a burst of noise may have inflated. The telemetry is read before,
+    between chunks and after.
+
+    Raises:
+        DeviceError: the device failed while reading energy.
+    """
+    if gap_s:
+        sleep(gap_s)
+    if settings.energy_warmup_s > 0:
+        start = clock()
+        while (clock() - start) / 1e9 < settings.energy_warmup_s:
+            for _ in range(chunk):
+                run()
+    length_s = energy_window_s(device, settings)
+    before, mask = _telemetry(device)
+    masks = [mask]
+    with EnergyWindow(device) as window:
+        start = clock()
+        for _ in range(settings.energy_window_min_calls):
+            run()
+        calls = settings.energy_window_min_calls
+        while (clock() - start) / 1e9 < length_s:
+            for _ in range(chunk):
+                run()
+            calls += chunk
+            masks.append(_telemetry(device)[1])
+    after, mask = _telemetry(device)
+    masks.append(mask)
+    assert window.result is not None
+    seen = [m for m in masks if m is not None]
+    reasons = None
+    if seen:
+        reasons = 0
+        for m in seen:
+            reasons |= m
+    state = Telemetry(timestamp_us=0, clock_event_reasons=reasons)
+    return EnergyTrial(
+        index,
+        gap_s,
+        calls,
+        window.result,
+        before,
+        after,
+        state.throttled,
+        state.power_capped,
+        clock_event_reasons=reasons,
+        telemetry_reads=len(seen),
+    )
 
 
 def energy_trials(
@@ -165,44 +271,24 @@ def energy_trials(
     rng: random.Random,
     clock: Clock = time.perf_counter_ns,
 ) -> list[EnergyTrial]:
-    """Run ``trials`` energy windows, each after a random idle gap.
+    """Run ``trials`` energy windows of one call, each after a random idle gap.
 
-    A window runs ``energy_window_min_calls`` calls, then chunks of about a tenth of the window
-    until ``energy_window_s`` has passed on the clock: its length does not rest on the timing's
-    per-call estimate, which a burst of noise may have inflated.
+    See :func:`energy_trial`.
     """
-    chunk = calls_for(settings.energy_window_s / 10, per_call_s, 1, 10**9)
-    trials = []
-    for index in range(settings.trials):
-        gap = rng.uniform(0.0, settings.max_gap_s)
-        if gap:
-            sleep(gap)
-        before, throttled_a, capped_a = _telemetry(device)
-        calls = 0
-        with EnergyWindow(device) as window:
-            start = clock()
-            for _ in range(settings.energy_window_min_calls):
-                run()
-            calls = settings.energy_window_min_calls
-            while (clock() - start) / 1e9 < settings.energy_window_s:
-                for _ in range(chunk):
-                    run()
-                calls += chunk
-        after, throttled_b, capped_b = _telemetry(device)
-        assert window.result is not None
-        trials.append(
-            EnergyTrial(
-                index,
-                gap,
-                calls,
-                window.result,
-                before,
-                after,
-                throttled_a or throttled_b,
-                capped_a or capped_b,
-            )
+    chunk = energy_chunk(device, settings, per_call_s)
+    return [
+        energy_trial(
+            run,
+            device,
+            settings,
+            index=index,
+            chunk=chunk,
+            gap_s=rng.uniform(0.0, settings.max_gap_s),
+            sleep=sleep,
+            clock=clock,
         )
-    return trials
+        for index in range(settings.trials)
+    ]
 
 
 def energy_unavailable(device: Device) -> str | None:
@@ -246,7 +332,14 @@ def measure(
     rng = random.Random(settings.seed)
     per_call = warm_up_for(run, timer, settings)
     eager = time_blocks(run, timer, settings, per_call, min_time_s)
-    return _complete(run, eager, timer, settings, idle_power, rng, sleep, clock)
+    graph = _graph_timing(run, eager, timer, settings)
+    reason = _energy_reason(device, settings)
+    trials = []
+    if reason is None:
+        trials = energy_trials(
+            run, device, settings, eager.summary.median, sleep=sleep, rng=rng, clock=clock
+        )
+    return _result(eager, graph, trials, reason, device, settings, idle_power)
 
 
 @dataclass(frozen=True)
@@ -307,11 +400,19 @@ def measure_interleaved(
             # model's) more than on blocks of many (a small op's).
             targets[i].run()
             blocks[i].append(timer.block_s(targets[i].run, calls[i]))
+    eagers = [
+        flagged(Timing("eager", calls[i], tuple(blocks[i])), settings) for i in range(len(targets))
+    ]
+    graphs = [
+        _graph_timing(t.run, e, timer, settings) for t, e in zip(targets, eagers, strict=True)
+    ]
+    trials = _interleaved_trials(targets, eagers, device, settings, rng, sleep, clock)
     results = []
     for i, target in enumerate(targets):
-        eager = flagged(Timing("eager", calls[i], tuple(blocks[i])), settings)
         own = settings if target.energy else settings.model_copy(update={"energy": False})
-        result = _complete(target.run, eager, timer, own, idle_power, rng, sleep, clock)
+        result = _result(
+            eagers[i], graphs[i], trials[i], _energy_reason(device, own), device, own, idle_power
+        )
         results.append(
             dataclasses.replace(
                 result,
@@ -326,46 +427,102 @@ def measure_interleaved(
     return results
 
 
-def _complete(
-    run: Call,
-    eager: Timing,
-    timer: BlockTimer,
+def _interleaved_trials(
+    targets: Sequence[Target],
+    eagers: Sequence[Timing],
+    device: Device,
     settings: MeasureSettings,
-    idle_power: float | None,
     rng: random.Random,
     sleep: Sleep,
     clock: Clock,
-) -> MeasureResult:
-    """Add the CUDA-graph timing (fast GPU ops), energy trials, flags and provenance."""
-    device = timer.device
+) -> list[list[EnergyTrial]]:
+    """Run every target's energy trials, trial i of each before trial i + 1 of any.
+
+    The order is new and random each time, so that no target always comes last, when the device
+    is hottest (the model, before).
+    """
+    trials: list[list[EnergyTrial]] = [[] for _ in targets]
+    if _energy_reason(device, settings) is not None:
+        return trials
+    wanted = [i for i, t in enumerate(targets) if t.energy]
+    chunks = {i: energy_chunk(device, settings, eagers[i].summary.median) for i in wanted}
+    for index in range(settings.trials):
+        rng.shuffle(wanted)
+        for i in wanted:
+            trials[i].append(
+                energy_trial(
+                    targets[i].run,
+                    device,
+                    settings,
+                    index=index,
+                    chunk=chunks[i],
+                    gap_s=rng.uniform(0.0, settings.max_gap_s),
+                    sleep=sleep,
+                    clock=clock,
+                )
+            )
+    return trials
+
+
+def _energy_reason(device: Device, settings: MeasureSettings) -> str | None:
+    """Return why no energy is measured (disabled, or the device has none), or None."""
+    return energy_unavailable(device) if settings.energy else "energy measurement disabled"
+
+
+def _graph_timing(
+    run: Call, eager: Timing, timer: BlockTimer, settings: MeasureSettings
+) -> Timing | str | None:
+    """Time a fast GPU op as a CUDA graph: its timing, the capture error's message, or None."""
     per_call = eager.summary.median
+    if not (timer.cuda and per_call < settings.cuda_graph_below_s):
+        return None
+    try:
+        return time_cuda_graph(run, settings, per_call)
+    except MeasurementError as exc:
+        return str(exc)
+
+
+def _result(
+    eager: Timing,
+    graph: Timing | str | None,
+    trials: Sequence[EnergyTrial],
+    reason: str | None,
+    device: Device,
+    settings: MeasureSettings,
+    idle_power: float | None,
+) -> MeasureResult:
+    """Build a result: timings, trials, the flags they raise, and the provenance."""
     timings = [eager]
     flags = list(eager.flags)
     notes: dict[str, Any] = {}
-    if timer.cuda and per_call < settings.cuda_graph_below_s:
-        try:
-            timings.append(time_cuda_graph(run, settings, per_call))
-        except MeasurementError as exc:
-            flags.append(Flag.GRAPH_UNAVAILABLE)
-            notes[Flag.GRAPH_UNAVAILABLE.value] = str(exc)
-    reason = energy_unavailable(device) if settings.energy else "energy measurement disabled"
-    trials: list[EnergyTrial] = []
-    if reason is None:
-        trials = energy_trials(run, device, settings, per_call, sleep=sleep, rng=rng, clock=clock)
+    if isinstance(graph, Timing):
+        timings.append(graph)
+    elif graph is not None:
+        flags.append(Flag.GRAPH_UNAVAILABLE)
+        notes[Flag.GRAPH_UNAVAILABLE.value] = graph
+    if trials:
         if any(t.throttled for t in trials):
             flags.append(Flag.THROTTLED)
         if any(t.power_capped for t in trials):
             flags.append(Flag.POWER_CAPPED)
-        result_disagreement = [
+        long_windows = [
             d
             for t in trials
             if (d := t.window.disagreement) is not None and t.window.duration_s >= 1.0
         ]
-        if any(abs(d) > settings.disagreement_limit for d in result_disagreement):
+        if any(abs(d) > settings.disagreement_limit for d in long_windows):
             flags.append(Flag.ENERGY_DISAGREEMENT)
         energies = [e for t in trials if (e := t.energy_per_call_j) is not None]
         if len(energies) > 1 and summarize(energies).iqr_ratio > settings.noisy_iqr_ratio:
             flags.append(Flag.ENERGY_NOISY)
+        in_window = summarize([t.time_per_call_s for t in trials]).median
+        eager_s = eager.summary.median
+        if eager_s > 0 and abs(in_window / eager_s - 1) > settings.window_time_tolerance:
+            flags.append(Flag.WINDOW_TIME_DIFFERS)
+            notes[Flag.WINDOW_TIME_DIFFERS.value] = {
+                "eager_median_s": eager_s,
+                "window_time_per_call_s": in_window,
+            }
     provenance = {
         **device.provenance(),
         "allocator": allocator_state(),

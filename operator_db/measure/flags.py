@@ -27,6 +27,10 @@ class Flag(StrEnum):
     """Counter and integrated power differ by more than ``disagreement_limit`` on a window ≥ 1 s."""
     ENERGY_NOISY = "energy_noisy"
     """Per-call energy IQR / median over trials above ``noisy_iqr_ratio``."""
+    WINDOW_TIME_DIFFERS = "window_time_differs"
+    """The per-call time inside the energy windows differs from the eager median by more than
+    ``window_time_tolerance`` (3 %): the device was in another regime (clocks, heat) while its
+    energy was read (both figures: provenance ``window_time_differs``)."""
     INTERLEAVED = "interleaved"
     """Timed in rounds interleaved with the other targets of one model job."""
     INTERLEAVED_PARTIAL = "interleaved_partial"

@@ -17,6 +17,8 @@ def fast_settings(**overrides: object) -> MeasureSettings:
         "retries_when_unstable": 0,
         "energy_window_s": 0.02,
         "energy_window_min_calls": 2,
+        "energy_window_min_periods": 0,
+        "energy_warmup_s": 0.0,
         "trials": 2,
         "max_gap_s": 0.0,
         "idle_window_s": 0.02,

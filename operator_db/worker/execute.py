@@ -95,6 +95,7 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
         "calls_per_window": result.trials[0].calls
         if energy is not None and result.trials
         else None,
+        "window_time_per_call_s": result.window_time_per_call_s if energy is not None else None,
         "energy_source": result.energy_source if energy is not None else None,
         "energy_unavailable": result.energy_unavailable,
         "energy_per_call_j": energy.median if energy is not None else None,

@@ -274,3 +274,92 @@ def test_interleaved_edge_cases() -> None:
         sleep=clock.sleep,
     )
     assert [len(r.trials) for r in with_energy] == [2, 2]
+
+
+def test_energy_windows_open_after_a_warm_up() -> None:
+    """The power's rise time stays out of the window: calls run for energy_warmup_s first."""
+
+    def calls_made(warmup_s: float) -> int:
+        clock = ManualClock()
+        device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+        run = op(clock)
+        settings = fast_settings(energy_window_s=0.5, trials=3, energy_warmup_s=warmup_s)
+        measure(run, device, settings, clock=clock, sleep=clock.sleep)
+        return int(run.calls["n"])  # type: ignore[attr-defined]
+
+    # Chunks of 50 calls (a tenth of the 0.5 s window): one chunk of warm-up before each window.
+    assert calls_made(0.05) - calls_made(0.0) == 3 * 50
+
+
+def test_energy_windows_span_enough_counter_updates() -> None:
+    """A window lasts at least energy_window_min_periods update periods of the counter."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.02, clock=clock, sleep=clock.sleep)
+    device.set_counter_update_period_s(0.02)
+    settings = fast_settings(energy_window_s=0.1, energy_window_min_periods=50, trials=1)
+    result = measure(op(clock), device, settings, clock=clock, sleep=clock.sleep)
+    assert result.trials[0].window.duration_s == pytest.approx(1.0, rel=0.02)  # 50 × 20 ms
+    shorter = measure(
+        op(clock),
+        device,
+        settings.model_copy(update={"energy_window_min_periods": 0}),
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert shorter.trials[0].window.duration_s == pytest.approx(0.1, rel=0.02)
+
+
+def test_in_window_time_is_kept_and_a_different_regime_is_flagged() -> None:
+    """Calls slow down by 10 % after the timing (heat, a power cap): the windows see it."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    run = op(clock, [1e-3] * 6 + [1.1e-3] * 100_000)  # 1 warm-up call and 5 blocks of one call
+    result = measure(
+        run, device, fast_settings(energy_window_s=0.1), clock=clock, sleep=clock.sleep
+    )
+    assert result.eager.summary.median == pytest.approx(1e-3)
+    assert result.window_time_per_call_s == pytest.approx(1.1e-3, rel=0.01)
+    assert result.raw()["trials"][0]["time_per_call_s"] == pytest.approx(1.1e-3, rel=0.01)
+    assert "window_time_differs" in result.flags
+    assert result.provenance["window_time_differs"]["eager_median_s"] == pytest.approx(1e-3)
+    steady = measure(
+        op(clock), device, fast_settings(energy_window_s=0.1), clock=clock, sleep=clock.sleep
+    )
+    assert "window_time_differs" not in steady.flags
+
+
+def test_clock_events_inside_the_window_are_seen() -> None:
+    """A thermal slowdown that starts and ends inside a window flags the trial."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    calls = {"n": 0}
+
+    def run() -> None:
+        calls["n"] += 1
+        device.clock_event_reasons = 0x40 if 30 <= calls["n"] < 45 else 0
+        clock.sleep(1e-3)
+
+    result = measure(
+        run, device, fast_settings(energy_window_s=0.1, trials=2), clock=clock, sleep=clock.sleep
+    )
+    first, second = result.trials
+    assert first.telemetry_start["clock_event_reasons"] == 0
+    assert first.telemetry_end["clock_event_reasons"] == 0
+    assert first.throttled and first.clock_event_reasons == 0x40 and first.telemetry_reads > 3
+    assert not second.throttled and second.clock_event_reasons == 0
+    assert result.flags == ("throttled",)
+
+
+def test_interleaved_energy_trials_take_turns() -> None:
+    """Trial i of every target runs before trial i + 1 of any, in a new order each time."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    targets = [Target(name, op(clock)) for name in ("a", "b", "model")]
+    results = measure_interleaved(
+        targets, device, fast_settings(trials=4, seed=5), clock=clock, sleep=clock.sleep
+    )
+    starts = sorted((t.window.start_us, t.index, r.target) for r in results for t in r.trials)
+    indices = [index for _, index, _ in starts]
+    assert indices == sorted(indices)  # every trial 0, then every trial 1, ...
+    last_of_each = [starts[3 * i + 2][2] for i in range(4)]
+    assert len(set(last_of_each)) > 1  # the same target is not always the last, hottest one

@@ -78,6 +78,10 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         assert run.provenance["hollow"]["stubbed_modules"] == 3
         assert run.hollow_time_s is not None and run.hollow_time_s > 0
         assert all(m.blocks == run.blocks == 5 for m in measurements)
+        # Each row keeps the per-call time inside its energy windows (trials of every target
+        # take turns after the rounds).
+        assert all(r.window_time_per_call_s is not None for r in [*measurements, run])
+        assert all(len(r.raw["trials"]) == 2 for r in [*measurements, run])
         est = estimate_model(session, "tiny", kind)
         assert est.coverage == 1.0 and est.full_run_time_s == run.time_median_s
         assert est.between_ops_s is not None  # the MLP has no functional operator: the hollow run
