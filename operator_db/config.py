@@ -41,6 +41,13 @@ class MeasureSettings(BaseModel):
         "burst of machine noise cannot decide its median.",
     )
     max_blocks: int = Field(default=200, ge=3, description="Upper bound on timed blocks.")
+    operator_min_time_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="An operator is timed over at least this long, in s. None: as long as a "
+        "whole model (model_min_time_s) where energy is measured, so that operators, models and "
+        "energy windows see the same sustained regime (clocks, heat); else only `blocks` blocks.",
+    )
     noisy_iqr_ratio: float = Field(
         default=0.10,
         description="Flag 'noisy' when IQR/median exceeds this (torch.utils.benchmark).",

@@ -1,12 +1,7 @@
 """Measurement: timing blocks, energy windows, trials, statistics, flags, provenance."""
 
-from operator_db.measure.engine import (
-    MeasureResult,
-    Target,
-    idle_power_w,
-    measure,
-    measure_interleaved,
-)
+from operator_db.measure.energy import idle_power_w
+from operator_db.measure.engine import MeasureResult, Target, measure, measure_interleaved
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings, fast_settings
 from operator_db.measure.timing import Timing

@@ -3,9 +3,8 @@
 The callable is one call of an operator (or a whole model) on inputs allocated once and reused.
 Time: warm-up, then blocks of back-to-back calls (CUDA events on a GPU, ``perf_counter_ns`` with a
 synchronize elsewhere), per-call time = block time / calls; fast GPU ops are also timed as a CUDA
-graph of unrolled calls. Energy: several trials, each after a random idle gap, each a window of at
-least ``energy_window_s`` and ``energy_window_min_calls`` calls, read from the energy counter and
-from integrated power samples. Every statistic is derived from the raw samples kept in the result.
+graph of unrolled calls. Energy: trials of windows (:mod:`operator_db.measure.energy`). Every
+statistic is derived from the raw samples kept in the result.
 """
 
 from __future__ import annotations
@@ -19,10 +18,16 @@ from typing import Any
 
 import torch
 
-from operator_db.devices.base import Clock, Device, Sleep, Telemetry
-from operator_db.devices.power import EnergyWindow, EnergyWindowResult
-from operator_db.errors import DeviceError, MeasurementError
+from operator_db.devices.base import Clock, Device, Sleep
+from operator_db.errors import MeasurementError
 from operator_db.measure.allocator import allocator_state
+from operator_db.measure.energy import (
+    EnergyTrial,
+    energy_chunk,
+    energy_trial,
+    energy_trials,
+    energy_unavailable,
+)
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.stats import Summary, summarize
@@ -30,53 +35,12 @@ from operator_db.measure.timing import (
     BlockTimer,
     Call,
     Timing,
-    calls_for,
     flagged,
     interleaved_calls,
     time_blocks,
     time_cuda_graph,
     warm_up_for,
 )
-
-
-@dataclass(frozen=True)
-class EnergyTrial:
-    """One energy window: its idle gap before, its calls, the window and the telemetry around it.
-
-    ``clock_event_reasons`` is the OR of the clock-event masks read at the window's start, between
-    its chunks of calls (about ten times) and at its end, so a power cap or a slowdown inside the
-    window is seen, not only at its edges; ``throttled`` and ``power_capped`` derive from it.
-    """
-
-    index: int
-    gap_s: float
-    calls: int
-    window: EnergyWindowResult
-    telemetry_start: dict[str, Any]
-    telemetry_end: dict[str, Any]
-    throttled: bool
-    power_capped: bool
-    clock_event_reasons: int | None = None
-    telemetry_reads: int = 0
-    """How many telemetry reads ``clock_event_reasons`` combines."""
-
-    @property
-    def time_per_call_s(self) -> float:
-        """Window length / calls, in s: the per-call time in the window's thermal regime."""
-        return self.window.duration_s / self.calls
-
-    @property
-    def energy_per_call_j(self) -> float | None:
-        """Window energy / calls, in J."""
-        e = self.window.energy_mj
-        return None if e is None else e / 1000 / self.calls
-
-    def dynamic_per_call_j(self, idle_power_w: float | None) -> float | None:
-        """(Window energy − idle power × window length) / calls, in J."""
-        e = self.window.energy_mj
-        if e is None or idle_power_w is None:
-            return None
-        return (e / 1000 - idle_power_w * self.window.duration_s) / self.calls
 
 
 @dataclass(frozen=True)
@@ -169,145 +133,16 @@ class MeasureResult:
         }
 
 
-def _telemetry(device: Device) -> tuple[dict[str, Any], int | None]:
-    """Read the device's telemetry: (JSON-ready dict, clock-event mask or None)."""
-    try:
-        t = device.telemetry()
-    except DeviceError as exc:
-        return {"error": str(exc)}, None
-    return t.as_dict(), t.clock_event_reasons
+def operator_min_time_s(device: Device, settings: MeasureSettings) -> float:
+    """Return how long an operator is timed at least, in s (see ``operator_min_time_s``).
 
-
-def energy_window_s(device: Device, settings: MeasureSettings) -> float:
-    """Return the length of an energy window on ``device``, in s.
-
-    At least ``energy_window_s``, and at least ``energy_window_min_periods`` update periods of the
-    energy counter: the counter may lag by one period at the window's end (METHODOLOGY §1), which is
-    then at most 1/``energy_window_min_periods`` of the window.
+    Where energy is measured the device runs for seconds in every window and reaches its
+    sustained regime (a GPU at its power cap lowers its clocks): operators are then timed as long
+    as a whole model, so that both are compared in that regime.
     """
-    period = device.known_update_period_s() or 0.0
-    return max(settings.energy_window_s, settings.energy_window_min_periods * period)
-
-
-def energy_chunk(device: Device, settings: MeasureSettings, per_call_s: float) -> int:
-    """Return the calls run between two looks at the clock (and the telemetry) in a window."""
-    return calls_for(energy_window_s(device, settings) / 10, per_call_s, 1, 10**9)
-
-
-def energy_trial(
-    run: Call,
-    device: Device,
-    settings: MeasureSettings,
-    *,
-    index: int,
-    chunk: int,
-    gap_s: float,
-    sleep: Sleep,
-    clock: Clock = time.perf_counter_ns,
-) -> EnergyTrial:
-    """Run one energy window after an idle gap of ``gap_s`` seconds and a warm-up.
-
-    The warm-up runs the call for ``energy_warmup_s`` before the window opens, so the window does
-    not hold the power's rise time (METHODOLOGY §1). The window then runs
-    ``energy_window_min_calls`` calls, and chunks of ``chunk`` calls until its length (see
-    :func:`energy_window_s`) has passed on the clock: its length does not rest on the timing's
-    per-call estimate, which a burst of noise may have inflated. The telemetry is read before,
-    between chunks and after.
-
-    Raises:
-        DeviceError: the device failed while reading energy.
-    """
-    if gap_s:
-        sleep(gap_s)
-    if settings.energy_warmup_s > 0:
-        start = clock()
-        while (clock() - start) / 1e9 < settings.energy_warmup_s:
-            for _ in range(chunk):
-                run()
-    length_s = energy_window_s(device, settings)
-    before, mask = _telemetry(device)
-    masks = [mask]
-    with EnergyWindow(device) as window:
-        start = clock()
-        for _ in range(settings.energy_window_min_calls):
-            run()
-        calls = settings.energy_window_min_calls
-        while (clock() - start) / 1e9 < length_s:
-            for _ in range(chunk):
-                run()
-            calls += chunk
-            masks.append(_telemetry(device)[1])
-    after, mask = _telemetry(device)
-    masks.append(mask)
-    assert window.result is not None
-    seen = [m for m in masks if m is not None]
-    reasons = None
-    if seen:
-        reasons = 0
-        for m in seen:
-            reasons |= m
-    state = Telemetry(timestamp_us=0, clock_event_reasons=reasons)
-    return EnergyTrial(
-        index,
-        gap_s,
-        calls,
-        window.result,
-        before,
-        after,
-        state.throttled,
-        state.power_capped,
-        clock_event_reasons=reasons,
-        telemetry_reads=len(seen),
-    )
-
-
-def energy_trials(
-    run: Call,
-    device: Device,
-    settings: MeasureSettings,
-    per_call_s: float,
-    *,
-    sleep: Sleep,
-    rng: random.Random,
-    clock: Clock = time.perf_counter_ns,
-) -> list[EnergyTrial]:
-    """Run ``trials`` energy windows of one call, each after a random idle gap.
-
-    See :func:`energy_trial`.
-    """
-    chunk = energy_chunk(device, settings, per_call_s)
-    return [
-        energy_trial(
-            run,
-            device,
-            settings,
-            index=index,
-            chunk=chunk,
-            gap_s=rng.uniform(0.0, settings.max_gap_s),
-            sleep=sleep,
-            clock=clock,
-        )
-        for index in range(settings.trials)
-    ]
-
-
-def energy_unavailable(device: Device) -> str | None:
-    """Return why ``device`` can give no energy at all, or None if a counter or power exists."""
-    counter = device.energy_unavailable_reason()
-    power = device.power_unavailable_reason()
-    if counter is None or power is None:
-        return None
-    return counter
-
-
-def idle_power_w(device: Device, window_s: float, *, sleep: Sleep = time.sleep) -> float | None:
-    """Measure the idle power over ``window_s`` seconds, in W; None without energy."""
-    if energy_unavailable(device) is not None:
-        return None
-    with EnergyWindow(device) as window:
-        sleep(window_s)
-    assert window.result is not None
-    return window.result.mean_power_w
+    if settings.operator_min_time_s is not None:
+        return settings.operator_min_time_s
+    return settings.model_min_time_s if _energy_reason(device, settings) is None else 0.0
 
 
 def measure(

@@ -77,8 +77,10 @@ def prepare_model_run(
         model.eval()
 
         def forward() -> object:
-            with torch.no_grad():
-                return model(*args, **kwargs)
+            if torch.is_grad_enabled():  # on its own; a measurement runs under one no_grad
+                with torch.no_grad():
+                    return model(*args, **kwargs)
+            return model(*args, **kwargs)
 
         if not stub:
             return ModelRun(forward)
@@ -160,8 +162,10 @@ def hollow_forward(
         stubbed.add(id(twin))
 
     def forward() -> object:
-        with torch.no_grad():
-            return hollow(*args, **kwargs)
+        if torch.is_grad_enabled():  # on its own; a measurement runs under one no_grad
+            with torch.no_grad():
+                return hollow(*args, **kwargs)
+        return hollow(*args, **kwargs)
 
     return forward, len(stubbed)
 

@@ -18,6 +18,7 @@ def fast_settings(**overrides: object) -> MeasureSettings:
         "energy_window_s": 0.02,
         "energy_window_min_calls": 2,
         "energy_window_min_periods": 0,
+        "operator_min_time_s": 0.0,
         "energy_warmup_s": 0.0,
         "trials": 2,
         "max_gap_s": 0.0,

@@ -135,7 +135,10 @@ def time_blocks(
 ) -> Timing:
     """Time ``blocks`` blocks (more, up to ``max_blocks``, to last ``min_time_s`` seconds).
 
-    Re-time while IQR/median exceeds the unstable ratio (a few times); keep the steadiest attempt.
+    The blocks needed for ``min_time_s`` are first estimated from ``per_call_s``, then added one by
+    one until their time has passed on the clock: a warm-up's per-call time (a cold first call)
+    may overstate it. Re-time while IQR/median exceeds the unstable ratio (a few times); keep the
+    steadiest attempt.
     """
     calls = calls_for(settings.block_min_s, per_call_s, 1, settings.max_calls_per_block)
     count = settings.blocks
@@ -143,8 +146,10 @@ def time_blocks(
         count = max(count, min(settings.max_blocks, math.ceil(min_time_s / (calls * per_call_s))))
     best: Timing | None = None
     for _attempt in range(settings.retries_when_unstable + 1):
-        blocks = tuple(timer.block_s(run, calls) for _ in range(count))
-        timing = Timing("eager", calls, blocks)
+        blocks = [timer.block_s(run, calls) for _ in range(count)]
+        while sum(blocks) < min_time_s and len(blocks) < settings.max_blocks:
+            blocks.append(timer.block_s(run, calls))
+        timing = Timing("eager", calls, tuple(blocks))
         if best is None or timing.summary.iqr_ratio < best.summary.iqr_ratio:
             best = timing
         if timing.summary.iqr_ratio <= settings.unstable_iqr_ratio:

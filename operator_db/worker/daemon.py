@@ -23,7 +23,7 @@ from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import DatabaseError, OperatorDBError
 from operator_db.measure.allocator import retain_freed_memory
-from operator_db.measure.engine import energy_unavailable, idle_power_w
+from operator_db.measure.energy import energy_unavailable, idle_power_w
 from operator_db.measure.settings import MeasureSettings
 from operator_db.worker.execute import Executor, JobInfo, execute_job
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import torch
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
@@ -14,7 +17,13 @@ from operator_db.db.models import FullModelRun, Job, Measurement, Model, Operato
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import NotFoundError, OperatorDBError
-from operator_db.measure.engine import MeasureResult, Target, measure, measure_interleaved
+from operator_db.measure.engine import (
+    MeasureResult,
+    Target,
+    measure,
+    measure_interleaved,
+    operator_min_time_s,
+)
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.timing import Timing
@@ -110,6 +119,11 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
         "raw": result.raw() if timing.method == "eager" else {"timing": timing.block_s},
         "provenance": result.provenance,
     }
+
+
+def _grad_mode(mode: str) -> AbstractContextManager[object]:
+    """Return the autograd mode to measure in: no_grad for inference, entered once per job."""
+    return torch.no_grad() if mode == "inference" else contextlib.nullcontext()
 
 
 def _config_dtype(config: OperatorConfig) -> str:
@@ -235,26 +249,34 @@ def execute_job(
             if config is None:
                 raise NotFoundError(f"configuration {job.config_id} no longer exists")
             dtype = _config_dtype(config)
-            config_id = config.id
+            config_id, config_mode = config.id, config.mode
             run = _prepare_operator(config, device, settings)
-        result = measure(run, device, settings, idle_power=idle_power_w)
+        with _grad_mode(config_mode):
+            result = measure(
+                run,
+                device,
+                settings,
+                idle_power=idle_power_w,
+                min_time_s=operator_min_time_s(device, settings),
+            )
         return [*_config_rows(job, config_id, dtype, result)]
     if job.interleaved:
         return _execute_interleaved(store, job, device, settings, idle_power_w)
     with store.transaction(read_only=True) as session:
         model = _job_model(session, job)
-        model_id, model_dtype = model.id, model.dtype
+        model_id, model_dtype, model_mode = model.id, model.dtype, model.mode
         prepared = _prepare_model(session, model, device, settings)
-    result = measure(
-        prepared.run,
-        device,
-        settings,
-        idle_power=idle_power_w,
-        min_time_s=settings.model_min_time_s,
-    )
-    hollow = None
-    if prepared.hollow is not None:
-        hollow = measure(prepared.hollow, device, settings.model_copy(update={"energy": False}))
+    with _grad_mode(model_mode):
+        result = measure(
+            prepared.run,
+            device,
+            settings,
+            idle_power=idle_power_w,
+            min_time_s=settings.model_min_time_s,
+        )
+        hollow = None
+        if prepared.hollow is not None:
+            hollow = measure(prepared.hollow, device, settings.model_copy(update={"energy": False}))
     return [*_model_rows(job, model_id, model_dtype, result, hollow, prepared)]
 
 
@@ -267,13 +289,14 @@ def _execute_interleaved(
 ) -> list[Measurement | FullModelRun]:
     with store.transaction(read_only=True) as session:
         model = _job_model(session, job)
-        model_id, model_dtype = model.id, model.dtype
+        model_id, model_dtype, model_mode = model.id, model.dtype, model.mode
         model_run = _prepare_model(session, model, device, settings)
         configs = [
             mc.config for mc in queries.model_configs(session, model_id, measurable_only=True)
         ]
         prepared: dict[str, tuple[int, str]] = {}
         targets: list[Target] = []
+        op_min_time_s = operator_min_time_s(device, settings)
         left_out: dict[str, str] = {}
         for config in configs:
             try:
@@ -282,13 +305,13 @@ def _execute_interleaved(
                 left_out[config.key] = str(exc).strip().splitlines()[0] if str(exc) else "failed"
                 continue
             prepared[config.key] = (config.id, _config_dtype(config))
-            targets.append(Target(config.key, run))
+            targets.append(Target(config.key, run, min_time_s=op_min_time_s))
     targets.append(Target(_MODEL, model_run.run, min_time_s=settings.model_min_time_s))
     if model_run.hollow is not None:
         targets.append(Target(_HOLLOW, model_run.hollow, energy=False))
-    results = {
-        r.target: r for r in measure_interleaved(targets, device, settings, idle_power=idle_power_w)
-    }
+    with _grad_mode(model_mode):
+        measured = measure_interleaved(targets, device, settings, idle_power=idle_power_w)
+    results = {r.target: r for r in measured}
     rows: list[Measurement | FullModelRun] = []
     for key, (config_id, dtype) in prepared.items():
         rows.extend(_config_rows(job, config_id, dtype, results[key]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from operator_db.devices.fake import FakeDevice
-from operator_db.measure.engine import Target, idle_power_w, measure, measure_interleaved
+from operator_db.measure.energy import idle_power_w
+from operator_db.measure.engine import Target, measure, measure_interleaved
 from operator_db.measure.settings import fast_settings
 from operator_db.measure.stats import quantile, summarize
 
@@ -363,3 +364,14 @@ def test_interleaved_energy_trials_take_turns() -> None:
     assert indices == sorted(indices)  # every trial 0, then every trial 1, ...
     last_of_each = [starts[3 * i + 2][2] for i in range(4)]
     assert len(set(last_of_each)) > 1  # the same target is not always the last, hottest one
+
+
+def test_min_time_is_reached_on_the_clock_not_on_the_warm_up_estimate() -> None:
+    """A cold first call (10 ms, then 1 ms) must not cut a 0.1 s timing to 10 ms."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    run = op(clock, [10e-3] + [1e-3] * 100_000)
+    settings = fast_settings(energy=False, max_blocks=1000)
+    result = measure(run, device, settings, min_time_s=0.1, clock=clock, sleep=clock.sleep)
+    assert sum(result.eager.block_s) == pytest.approx(0.1)
+    assert len(result.eager.block_s) == 100
