@@ -81,6 +81,12 @@ class EstimateOut(BaseModel):
     energy: str
     time_s: float
     between_ops_s: float | None
+    host_time_s: float | None = Field(
+        description="GPU: the host's stage of the pipeline estimate (issue time), in s."
+    )
+    bound_by: str | None = Field(
+        description="GPU: which stage bounds the estimate, 'device' or 'host'; null elsewhere."
+    )
     total_time_s: float
     energy_j: float | None
     coverage: float

@@ -60,7 +60,13 @@ def _print_estimate(est: Estimate, top: int) -> None:
     run_energy = "-" if est.full_run_energy_j is None else f"{est.full_run_energy_j * 1e3:.3f} mJ"
     head = Table(show_header=False, title=f"{est.model} ({est.mode}) on {est.device_kind}")
     head.add_row("operators (Σ count × per-call)", f"{_ms(est.time_s)} ms, {energy}")
-    if est.between_ops_s is not None:
+    if est.host_time_s is not None:
+        head.add_row(
+            "host stage (issue: hollow run + modules)",
+            f"{_ms(est.host_time_s)} ms; the {est.bound_by} bounds the GPU pipeline",
+        )
+        head.add_row("estimate (pipeline)", f"{_ms(est.total_time_s)} ms")
+    elif est.between_ops_s is not None:
         how = "added" if est.adds_between else "overlaps the GPU's work, not added"
         head.add_row("between operators (hollow run)", f"{_ms(est.between_ops_s)} ms, {how}")
         head.add_row("estimate", f"{_ms(est.total_time_s)} ms")

@@ -265,6 +265,9 @@ class _Result:
     window_time_per_call_s: Mapped[float | None] = mapped_column(Float)
     """Median over energy trials of the per-call time inside the windows, in s: the time in the
     regime (clocks, heat) the energy was read in (revision 0004)."""
+    host_time_per_call_s: Mapped[float | None] = mapped_column(Float)
+    """GPU: median per-call time the host took to issue the calls (enqueue), in s; the device's
+    time is ``time_median_s``. None where the host waits for each call (CPU). Revision 0004."""
     energy_source: Mapped[str | None] = mapped_column(String(32))
     energy_unavailable: Mapped[str | None] = mapped_column(Text)
     energy_per_call_j: Mapped[float | None] = mapped_column(Float)
@@ -310,6 +313,9 @@ class FullModelRun(_Result, Base):
     hollow_time_s: Mapped[float | None] = mapped_column(Float)
     """Median per-call time of the model's hollow run, in s: every recorded module returns its
     recorded output without computing, functional operators still run (inference only)."""
+    hollow_host_time_s: Mapped[float | None] = mapped_column(Float)
+    """GPU: the host's per-call time to issue the hollow run, in s: the Python and launches the
+    model spends outside its recorded modules (revision 0004)."""
 
     __table_args__ = (
         Index("ix_full_model_runs_lookup", "device_kind_id", "model_id", "created_at"),

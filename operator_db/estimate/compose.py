@@ -37,6 +37,7 @@ CONFIG_COLUMNS = [
     "timing",
     "time_per_call_s",
     "time_s",
+    "host_time_per_call_s",
     "energy_per_call_j",
     "energy_j",
     "roofline_time_per_call_s",
@@ -80,17 +81,34 @@ class Estimate:
     adds_between: bool = False
     """Whether ``total_time_s`` adds ``between_ops_s``: on a synchronous device (a CPU), where the
     host's work between operators is on the critical path; on a GPU it overlaps the kernels."""
+    host_time_s: float | None = None
+    """GPU: the host's stage of the model as a two-stage pipeline, in s: the hollow run's issue
+    time (the Python and launches outside the recorded modules, functional operators included)
+    plus Σ count × host issue time of the recorded modules. None where not recorded (a CPU, or
+    results from before revision 0004)."""
 
     @property
     def total_time_s(self) -> float:
         """Return the estimate of the model's time, in s.
 
-        The operators, plus the time between them where it is known and adds (``adds_between``;
-        a negative measurement counts as 0).
+        On a synchronous device (a CPU): the operators, plus the time between them where it is
+        known (a negative measurement counts as 0). On a GPU the host issues work while the
+        device runs it, so the model is a two-stage pipeline whose longer stage bounds it:
+        max(device stage = the operators, host stage = ``host_time_s``) where the host stage is
+        known, else the operators.
         """
-        if self.adds_between and self.between_ops_s is not None:
-            return self.time_s + max(self.between_ops_s, 0.0)
+        if self.adds_between:
+            return self.time_s + max(self.between_ops_s or 0.0, 0.0)
+        if self.host_time_s is not None:
+            return max(self.time_s, self.host_time_s)
         return self.time_s
+
+    @property
+    def bound_by(self) -> Literal["device", "host"] | None:
+        """GPU: which pipeline stage bounds the estimate; None where there is no pipeline."""
+        if self.adds_between or self.host_time_s is None:
+            return None
+        return "host" if self.host_time_s > self.time_s else "device"
 
     @property
     def time_error(self) -> float | None:
@@ -131,6 +149,8 @@ class Estimate:
             "energy": self.energy,
             "time_s": self.time_s,
             "between_ops_s": self.between_ops_s,
+            "host_time_s": self.host_time_s,
+            "bound_by": self.bound_by,
             "total_time_s": self.total_time_s,
             "energy_j": self.energy_j,
             "coverage": self.coverage,
@@ -208,6 +228,7 @@ def estimate_model(
                 "timing": used if time_per_call is not None else None,
                 "time_per_call_s": time_per_call,
                 "time_s": None if time_per_call is None else link.count * time_per_call,
+                "host_time_per_call_s": None if chosen is None else chosen.host_time_per_call_s,
                 "energy_per_call_j": energy_per_call,
                 "energy_j": None if energy_per_call is None else link.count * energy_per_call,
                 "roofline_time_per_call_s": roof,
@@ -264,10 +285,17 @@ def estimate_model(
         notes.append("energy unavailable for some configurations: no energy estimate")
     between = _between_ops(run, configs)
     adds_between = kind.type != "gpu"
-    if between is not None and not adds_between:
+    host = None if adds_between else _host_stage(run, configs)
+    if not adds_between and host is None and between is not None:
         notes.append(
             f"{between * 1e3:.3f} ms between operators (hollow run) overlaps the GPU's work: "
-            "not added"
+            "not added (no host issue times recorded for a pipeline estimate)"
+        )
+    if host is not None:
+        notes.append(
+            f"GPU pipeline: host stage {host * 1e3:.3f} ms (issue), device stage "
+            f"{total_time * 1e3:.3f} ms (operators); the "
+            f"{'host' if host > total_time else 'device'} bounds the model"
         )
     if model.mode == "training":
         notes.append(
@@ -294,7 +322,23 @@ def estimate_model(
         notes=notes,
         between_ops_s=between,
         adds_between=adds_between,
+        host_time_s=host,
     )
+
+
+def _host_stage(run: Figure | None, configs: pd.DataFrame) -> float | None:
+    """GPU: hollow-run issue time + Σ count × issue time of the recorded modules, in s.
+
+    None unless the model's run and every measured module configuration have host times and no
+    measurable module is unmeasured (a partial host stage would understate it).
+    """
+    if run is None or run.hollow_host_time_s is None:
+        return None
+    modules = configs[configs["form"] == "module"]
+    if not bool(modules["measured"].all()) or modules["host_time_per_call_s"].isna().any():
+        return None
+    issue = (modules["count"] * modules["host_time_per_call_s"]).sum()
+    return run.hollow_host_time_s + float(issue)
 
 
 def _between_ops(run: Figure | None, configs: pd.DataFrame) -> float | None:

@@ -39,6 +39,7 @@ from operator_db.measure.timing import (
     interleaved_calls,
     time_blocks,
     time_cuda_graph,
+    timing_of,
     warm_up_for,
 )
 
@@ -111,6 +112,7 @@ class MeasureResult:
                     "method": t.method,
                     "calls_per_block": t.calls_per_block,
                     "block_s": list(t.block_s),
+                    "host_block_s": list(t.host_block_s),
                     "flags": [str(f) for f in t.flags],
                 }
                 for t in self.timings
@@ -225,7 +227,7 @@ def measure_interleaved(
     calls = [
         interleaved_calls(p, t.min_time_s, settings) for p, t in zip(per_call, targets, strict=True)
     ]
-    blocks: list[list[float]] = [[] for _ in targets]
+    blocks: list[list[tuple[float, float | None]]] = [[] for _ in targets]
     order = list(range(len(targets)))
     for _round in range(settings.blocks):
         rng.shuffle(order)
@@ -234,9 +236,9 @@ def measure_interleaved(
             # allocator state behind, which would otherwise weigh on blocks of few calls (a
             # model's) more than on blocks of many (a small op's).
             targets[i].run()
-            blocks[i].append(timer.block_s(targets[i].run, calls[i]))
+            blocks[i].append(timer.block(targets[i].run, calls[i]))
     eagers = [
-        flagged(Timing("eager", calls[i], tuple(blocks[i])), settings) for i in range(len(targets))
+        flagged(timing_of("eager", calls[i], blocks[i]), settings) for i in range(len(targets))
     ]
     graphs = [
         _graph_timing(t.run, e, timer, settings) for t, e in zip(targets, eagers, strict=True)
@@ -312,7 +314,7 @@ def _graph_timing(
     if not (timer.cuda and per_call < settings.cuda_graph_below_s):
         return None
     try:
-        return time_cuda_graph(run, settings, per_call)
+        return time_cuda_graph(run, settings, per_call, timer.stream)
     except MeasurementError as exc:
         return str(exc)
 

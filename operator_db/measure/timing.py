@@ -12,7 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -35,11 +35,21 @@ class Timing:
     block_s: tuple[float, ...]
     """Raw block durations in seconds."""
     flags: tuple[Flag, ...] = ()
+    host_block_s: tuple[float, ...] = ()
+    """GPU: the host's time to issue each block's calls (enqueue), in s; empty elsewhere, where
+    the host waits for every call and its time is the block's."""
 
     @property
     def per_call_s(self) -> tuple[float, ...]:
         """Per-call time of each block, in seconds."""
         return tuple(b / self.calls_per_block for b in self.block_s)
+
+    @property
+    def host_per_call_s(self) -> float | None:
+        """Median over blocks of the host's per-call issue time, in s (None where not recorded)."""
+        if not self.host_block_s:
+            return None
+        return summarize([b / self.calls_per_block for b in self.host_block_s]).median
 
     @property
     def summary(self) -> Summary:
@@ -52,30 +62,47 @@ def _cuda_event() -> torch.cuda.Event:
 
 
 class BlockTimer:
-    """Times blocks of calls (s): CUDA events on a GPU, a host clock and synchronize elsewhere."""
+    """Times blocks of calls (s): CUDA events on a GPU, a host clock and synchronize elsewhere.
+
+    On a GPU the events are recorded on the device's current stream, named explicitly: the one
+    the calls are launched on (the device is made current while it is open for measuring).
+    """
 
     def __init__(self, device: Device, clock: Clock) -> None:
         self.device = device
         self.clock = clock
-        self.cuda = device.torch_device().type == "cuda"
+        torch_device = device.torch_device()
+        self.cuda = torch_device.type == "cuda"
+        self.stream: Any = torch.cuda.current_stream(torch_device) if self.cuda else None
 
-    def block_s(self, run: Call, calls: int) -> float:
-        """Run ``calls`` calls back to back; return their duration in seconds."""
+    def block(self, run: Call, calls: int) -> tuple[float, float | None]:
+        """Run ``calls`` calls back to back; return (device time, host issue time) in s.
+
+        The host time is the GPU's only: there the calls are enqueued asynchronously and the
+        host's loop ends before the device's work (unless the launch queue fills up); elsewhere
+        it is None.
+        """
         if self.cuda:
             start = _cuda_event()
             end = _cuda_event()
-            start.record()
+            start.record(self.stream)
+            t0 = self.clock()
             for _ in range(calls):
                 run()
-            end.record()
+            host_s = (self.clock() - t0) / 1e9
+            end.record(self.stream)
             end.synchronize()
-            return float(start.elapsed_time(end)) / 1000
+            return float(start.elapsed_time(end)) / 1000, host_s
         self.device.synchronize()
         t0 = self.clock()
         for _ in range(calls):
             run()
         self.device.synchronize()
-        return (self.clock() - t0) / 1e9
+        return (self.clock() - t0) / 1e9, None
+
+    def block_s(self, run: Call, calls: int) -> float:
+        """Run ``calls`` calls back to back; return their (device) duration in seconds."""
+        return self.block(run, calls)[0]
 
 
 def warm_up(
@@ -146,16 +173,29 @@ def time_blocks(
         count = max(count, min(settings.max_blocks, math.ceil(min_time_s / (calls * per_call_s))))
     best: Timing | None = None
     for _attempt in range(settings.retries_when_unstable + 1):
-        blocks = [timer.block_s(run, calls) for _ in range(count)]
-        while sum(blocks) < min_time_s and len(blocks) < settings.max_blocks:
-            blocks.append(timer.block_s(run, calls))
-        timing = Timing("eager", calls, tuple(blocks))
+        timed = [timer.block(run, calls) for _ in range(count)]
+        while sum(t for t, _ in timed) < min_time_s and len(timed) < settings.max_blocks:
+            timed.append(timer.block(run, calls))
+        timing = timing_of("eager", calls, timed)
         if best is None or timing.summary.iqr_ratio < best.summary.iqr_ratio:
             best = timing
         if timing.summary.iqr_ratio <= settings.unstable_iqr_ratio:
             break
     assert best is not None
     return flagged(best, settings)
+
+
+def timing_of(
+    method: Literal["eager", "graph"], calls: int, timed: list[tuple[float, float | None]]
+) -> Timing:
+    """Return the timing of blocks timed by :meth:`BlockTimer.block` (device, host seconds)."""
+    hosts = tuple(h for _, h in timed if h is not None)
+    return Timing(
+        method,
+        calls,
+        tuple(t for t, _ in timed),
+        host_block_s=hosts if len(hosts) == len(timed) else (),
+    )
 
 
 def flagged(timing: Timing, settings: MeasureSettings) -> Timing:
@@ -170,23 +210,60 @@ def flagged(timing: Timing, settings: MeasureSettings) -> Timing:
     return dataclasses.replace(timing, flags=flags)
 
 
-def time_cuda_graph(run: Call, settings: MeasureSettings, per_call_s: float) -> Timing:
+GRAPH_MIN_TORCH = (2, 13)
+"""The oldest torch graph timing runs on. Before it, a failed capture could leave the caching
+allocator believing a capture was still under way, and its pool reserved, for the rest of the
+process (pytorch/pytorch#180395, #190348): one op that cannot be captured would spoil the jobs
+after it."""
+
+
+def graph_timing_unavailable(version: str | None = None) -> str | None:
+    """Say why CUDA-graph timing is off with this torch (``version``: torch's), or None."""
+    text = version if version is not None else torch.__version__
+    parts = text.split("+")[0].split(".")
+    try:
+        found = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return f"CUDA-graph timing off: cannot read the torch version {text!r}"
+    if found < GRAPH_MIN_TORCH:
+        wanted = ".".join(map(str, GRAPH_MIN_TORCH))
+        return (
+            f"CUDA-graph timing off: torch {text} may leave its allocator in capture mode after "
+            f"a failed capture; it needs torch >= {wanted}"
+        )
+    return None
+
+
+def time_cuda_graph(
+    run: Call, settings: MeasureSettings, per_call_s: float, stream: Any = None
+) -> Timing:
     """Time ``graph_unroll`` calls captured as one CUDA graph (launch gaps removed).
 
+    The graph is captured on a side stream after three warm-up calls there, replayed once
+    untimed and synchronised, then replayed in ``blocks`` blocks timed by events on ``stream``
+    (default: the current stream).
+
     Raises:
-        MeasurementError: the op cannot be captured (data-dependent shapes, host syncs, ...).
+        MeasurementError: the op cannot be captured (data-dependent shapes, host syncs, ...), or
+            this torch is too old for graph timing (:data:`GRAPH_MIN_TORCH`).
     """
+    unavailable = graph_timing_unavailable()
+    if unavailable is not None:
+        raise MeasurementError(unavailable)
+    stream = stream if stream is not None else torch.cuda.current_stream()
     try:
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        side.wait_stream(torch.cuda.current_stream())
+        side.wait_stream(stream)
         with torch.cuda.stream(side):
             for _ in range(3):
                 run()
-        torch.cuda.current_stream().wait_stream(side)
+        stream.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for _ in range(settings.graph_unroll):
                 run()
+        graph.replay()  # once untimed: the first replay uploads the graph
+        torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - any capture failure means "no graph timing"
         raise MeasurementError(f"CUDA graph capture failed: {str(exc).splitlines()[0]}") from None
     replays = calls_for(settings.block_min_s, per_call_s * settings.graph_unroll, 1, 10_000)
@@ -194,10 +271,10 @@ def time_cuda_graph(run: Call, settings: MeasureSettings, per_call_s: float) -> 
     for _ in range(settings.blocks):
         start = _cuda_event()
         end = _cuda_event()
-        start.record()
+        start.record(stream)
         for _ in range(replays):
             graph.replay()
-        end.record()
+        end.record(stream)
         end.synchronize()
         blocks.append(float(start.elapsed_time(end)) / 1000)
     return flagged(Timing("graph", replays * settings.graph_unroll, tuple(blocks)), settings)

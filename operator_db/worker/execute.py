@@ -105,6 +105,7 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
         if energy is not None and result.trials
         else None,
         "window_time_per_call_s": result.window_time_per_call_s if energy is not None else None,
+        "host_time_per_call_s": timing.host_per_call_s,
         "energy_source": result.energy_source if energy is not None else None,
         "energy_unavailable": result.energy_unavailable,
         "energy_per_call_j": energy.median if energy is not None else None,
@@ -208,6 +209,7 @@ def _model_rows(
         )
         if hollow is not None and timing.method == "eager":
             row.hollow_time_s = hollow.eager.summary.median
+            row.hollow_host_time_s = hollow.eager.host_per_call_s
             row.provenance = {
                 **row.provenance,
                 "hollow": {

@@ -145,7 +145,13 @@ def test_median_of_all_stored_results(store: Store) -> None:
 
 
 def _between_setup(
-    store: Store, kind_name: str, *, hollow: float | None, measure_function: bool = True
+    store: Store,
+    kind_name: str,
+    *,
+    hollow: float | None,
+    measure_function: bool = True,
+    host: dict[str, float] | None = None,
+    hollow_host: float | None = None,
 ) -> None:
     """Model 'glue': Linear once (1 ms), torch.relu as a function 3 times (0.1 ms each)."""
     relu_fn = {
@@ -168,17 +174,18 @@ def _between_setup(
         for op, t in times.items():
             if op == "torch.relu" and not measure_function:
                 continue
-            session.add(
-                Measurement(
-                    config_id=ids[op], device_kind_id=kind.id, **result_row(time_median_s=t)
-                )
+            row = Measurement(
+                config_id=ids[op], device_kind_id=kind.id, **result_row(time_median_s=t)
             )
+            row.host_time_per_call_s = (host or {}).get(op)
+            session.add(row)
         run = FullModelRun(
             model_id=session.scalars(select(Model.id)).one(),
             device_kind_id=kind.id,
             **result_row(time_median_s=1.6e-3),
         )
         run.hollow_time_s = hollow
+        run.hollow_host_time_s = hollow_host
         session.add(run)
 
 
@@ -221,3 +228,34 @@ def test_time_between_operators_unknown_or_negative(
         est = estimate_model(session, "glue", "cpu:Test")
     assert est.between_ops_s == (None if between is None else pytest.approx(between))
     assert est.total_time_s == pytest.approx(total)
+
+
+@pytest.mark.parametrize(
+    ("host", "hollow_host", "stage", "total", "bound_by"),
+    [
+        # The device's 1.3 ms of operators outlast the host's 0.4 ms + 20 µs of issuing.
+        ({"torch.nn.Linear": 20e-6, "torch.relu": 5e-6}, 0.4e-3, 0.42e-3, 1.3e-3, "device"),
+        # A launch-bound model: the host needs 2.05 ms to issue what the device does in 1.3 ms.
+        ({"torch.nn.Linear": 50e-6, "torch.relu": 5e-6}, 2.0e-3, 2.05e-3, 2.05e-3, "host"),
+        # No issue time for the module: no pipeline, the operators as before.
+        ({"torch.relu": 5e-6}, 2.0e-3, None, 1.3e-3, None),
+        # No issue time for the hollow run (results from before revision 0004).
+        ({"torch.nn.Linear": 50e-6}, None, None, 1.3e-3, None),
+    ],
+)
+def test_a_gpu_model_is_estimated_as_a_two_stage_pipeline(
+    store: Store,
+    host: dict[str, float],
+    hollow_host: float | None,
+    stage: float | None,
+    total: float,
+    bound_by: str | None,
+) -> None:
+    _between_setup(store, "NVIDIA Test GPU", hollow=0.5e-3, host=host, hollow_host=hollow_host)
+    with store.transaction() as session:
+        est = estimate_model(session, "glue", "NVIDIA Test GPU")
+    assert est.time_s == pytest.approx(1.3e-3)  # the device stage: the operators
+    assert est.host_time_s == (None if stage is None else pytest.approx(stage))
+    assert est.total_time_s == pytest.approx(total) and est.bound_by == bound_by
+    assert est.summary()["bound_by"] == bound_by
+    assert any("GPU pipeline" in note for note in est.notes) == (stage is not None)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import Float, cast, null, select
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import FullModelRun, Measurement
@@ -40,6 +40,10 @@ class Figure:
     """How many results are stored for the target, kind and timing."""
     hollow_time_s: float | None = None
     """Whole models only: the median per-call time of the hollow run, s."""
+    host_time_per_call_s: float | None = None
+    """GPU: the host's per-call issue time, s (None where not recorded)."""
+    hollow_host_time_s: float | None = None
+    """Whole models on a GPU: the host's time to issue the hollow run, s."""
 
 
 FigureKey = tuple[int, int, str]
@@ -53,21 +57,25 @@ def _median_or_none(values: list[float | None]) -> float | None:
 
 
 def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
-    """Group rows (target, kind, timing, created_at, id, time, energy, dynamic, flags, hollow)."""
+    """Group result rows (named columns, see :func:`_figures`) into one figure per key."""
     groups: dict[FigureKey, list[Any]] = {}
     for row in rows:
-        groups.setdefault((row[0], row[1], row[2]), []).append(row)
+        groups.setdefault((row.target_id, row.device_kind_id, row.timing), []).append(row)
     out: dict[FigureKey, Figure] = {}
     for key, results in groups.items():
-        results.sort(key=lambda r: (r[3], r[4]))
+        results.sort(key=lambda r: (r.created_at, r.id))
         chosen = results[-1:] if how == "latest" else results
         out[key] = Figure(
-            time_median_s=statistics.median(r[5] for r in chosen),
-            energy_per_call_j=_median_or_none([r[6] for r in chosen]),
-            dynamic_energy_per_call_j=_median_or_none([r[7] for r in chosen]),
-            flags=sorted({str(f) for r in chosen for f in (r[8] or [])}),
+            time_median_s=statistics.median(r.time_median_s for r in chosen),
+            energy_per_call_j=_median_or_none([r.energy_per_call_j for r in chosen]),
+            dynamic_energy_per_call_j=_median_or_none(
+                [r.dynamic_energy_per_call_j for r in chosen]
+            ),
+            flags=sorted({str(f) for r in chosen for f in (r.flags or [])}),
             samples=len(results),
-            hollow_time_s=_median_or_none([r[9] for r in chosen]),
+            hollow_time_s=_median_or_none([r.hollow_time_s for r in chosen]),
+            hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in chosen]),
+            host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in chosen]),
         )
     return out
 
@@ -83,12 +91,19 @@ def _figures(
 ) -> dict[FigureKey, Figure]:
     if (target_ids is not None and not target_ids) or not kind_ids:
         return {}
-    hollow = FullModelRun.hollow_time_s if table is FullModelRun else None
+    model_only = (
+        (FullModelRun.hollow_time_s, FullModelRun.hollow_host_time_s)
+        if table is FullModelRun
+        else (
+            cast(null(), Float).label("hollow_time_s"),
+            cast(null(), Float).label("hollow_host_time_s"),
+        )
+    )
     ids: list[int] | None = None if target_ids is None else sorted(set(target_ids))
     rows: list[Any] = []
     for start in range(0, 1 if ids is None else len(ids), _CHUNK):
         query = select(
-            target,
+            target.label("target_id"),
             table.device_kind_id,
             table.timing,
             table.created_at,
@@ -96,16 +111,15 @@ def _figures(
             table.time_median_s,
             table.energy_per_call_j,
             table.dynamic_energy_per_call_j,
+            table.host_time_per_call_s,
             table.flags,
-            *([hollow] if hollow is not None else []),
+            *model_only,
         ).where(table.device_kind_id.in_(list(kind_ids)))
         if ids is not None:
             query = query.where(target.in_(ids[start : start + _CHUNK]))
         if timing is not None:
             query = query.where(table.timing == timing)
-        rows.extend(
-            tuple(row) + (() if hollow is not None else (None,)) for row in session.execute(query)
-        )
+        rows.extend(session.execute(query))
     return _aggregate(rows, aggregate)
 
 

@@ -1,0 +1,177 @@
+"""GPU timing without a GPU: CUDA's stream, event and graph calls replaced by recording fakes.
+
+Each fake advances a device clock (what CUDA events read) apart from the host clock (what the
+host's loop takes), as an asynchronous launch does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+
+from operator_db.devices.fake import FakeDevice
+from operator_db.errors import MeasurementError
+from operator_db.measure import engine, timing
+from operator_db.measure.engine import measure
+from operator_db.measure.settings import fast_settings
+from operator_db.measure.timing import BlockTimer, graph_timing_unavailable, time_cuda_graph
+
+
+class FakeCuda:
+    """Host clock (ns, the injected clock), device clock (s, what events read), and a log."""
+
+    def __init__(self) -> None:
+        self.host_ns = 0
+        self.device_s = 0.0
+        self.log: list[str] = []
+        self.current = "main"
+
+    def clock(self) -> int:
+        return self.host_ns
+
+    def call(self, host_s: float, device_s: float) -> None:
+        self.host_ns += round(host_s * 1e9)
+        self.device_s += device_s
+        self.log.append(f"call@{self.current}")
+
+
+class FakeEvent:
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda = cuda
+        self.at: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self.cuda.log.append(f"record@{stream}")
+        self.at = self.cuda.device_s
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.at is not None and end.at is not None
+        return (end.at - self.at) * 1000  # ms, as CUDA events give it
+
+
+class FakeGraph:
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda = cuda
+        self.calls = 0
+
+    def replay(self) -> None:
+        self.cuda.log.append("replay")
+        self.cuda.device_s += self.calls * 5e-6  # the launch gaps are gone in a graph
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    fake = FakeCuda()
+    graphs: list[FakeGraph] = []
+
+    class Stream:
+        def __init__(self, name: str = "side") -> None:
+            self.name = name
+
+        def wait_stream(self, other: Any) -> None:
+            fake.log.append(f"wait {self}<-{other}")
+
+        def __str__(self) -> str:
+            return self.name
+
+    main = Stream("main")
+
+    @contextmanager
+    def on_stream(stream: Stream) -> Iterator[None]:
+        before, fake.current = fake.current, stream.name
+        yield
+        fake.current = before
+
+    def new_graph() -> FakeGraph:
+        graphs.append(FakeGraph(fake))
+        return graphs[-1]
+
+    @contextmanager
+    def capture(graph: FakeGraph) -> Iterator[None]:
+        fake.log.append("capture")
+        before, fake.current = fake.current, "capture"
+        calls_before = fake.log.count("call@capture")
+        yield
+        graph.calls = fake.log.count("call@capture") - calls_before
+        fake.current = before
+
+    monkeypatch.setattr(timing, "_cuda_event", lambda: FakeEvent(fake))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: main)
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", new_graph)
+    monkeypatch.setattr(torch.cuda, "graph", capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: fake.log.append("sync"))
+    return fake
+
+
+class CudaFake(FakeDevice):
+    """The fake device, seen as ``cuda:0`` by the timer."""
+
+    def torch_device(self) -> torch.device:
+        return torch.device("cuda", 0)
+
+
+def test_the_graph_is_replayed_once_untimed_then_timed_on_the_named_stream(
+    cuda: FakeCuda,
+) -> None:
+    settings = fast_settings(graph_unroll=4, blocks=3, block_min_s=1e-4)
+    result = time_cuda_graph(
+        lambda: cuda.call(1e-6, 10e-6), settings, 10e-6, stream=torch.cuda.current_stream()
+    )
+    log = cuda.log
+    first_timed = log.index("record@main")
+    assert (
+        log[:1] == ["wait side<-main"] and log.count("call@side") == 3
+    )  # warm-up on a side stream
+    assert log.count("call@capture") == 4
+    assert log[first_timed - 2 : first_timed] == ["replay", "sync"]  # once, untimed, then synced
+    assert result.method == "graph" and len(result.block_s) == 3
+    assert all(entry != "record@None" for entry in log)
+
+
+def test_graph_timing_needs_a_torch_with_the_capture_fix(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert graph_timing_unavailable("2.13.0+cu128") is None
+    assert graph_timing_unavailable("2.14.1") is None
+    old = graph_timing_unavailable("2.12.1+cu126")
+    assert old is not None and "needs torch >= 2.13" in old
+    monkeypatch.setattr(torch, "__version__", "2.12.1+cu126")
+    with pytest.raises(MeasurementError, match="needs torch >= 2.13"):
+        time_cuda_graph(lambda: None, fast_settings(), 1e-6)
+    device = CudaFake(update_period_s=0.001)
+    result = measure(
+        lambda: cuda.call(1e-6, 10e-6),
+        device,
+        fast_settings(energy=False),
+        clock=cuda.clock,
+    )
+    assert "graph_unavailable" in result.flags
+    assert "needs torch >= 2.13" in result.provenance["graph_unavailable"]
+    assert [t.method for t in result.timings] == ["eager"]
+
+
+def test_the_gpu_timer_keeps_the_hosts_issue_time_apart(cuda: FakeCuda) -> None:
+    device = CudaFake(update_period_s=0.001)
+    timer = BlockTimer(device, cuda.clock)
+    assert str(timer.stream) == "main"
+    device_s, host_s = timer.block(lambda: cuda.call(2e-6, 50e-6), 10)
+    assert device_s == pytest.approx(500e-6) and host_s == pytest.approx(20e-6)
+    result = measure(
+        lambda: cuda.call(2e-6, 50e-6),
+        device,
+        fast_settings(energy=False, cuda_graph_below_s=0.0),
+        clock=cuda.clock,
+    )
+    assert result.eager.summary.median == pytest.approx(50e-6)
+    assert result.eager.host_per_call_s == pytest.approx(2e-6)
+    assert result.raw()["timings"][0]["host_block_s"]
+    assert engine.BlockTimer is BlockTimer
