@@ -23,6 +23,7 @@ from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import DatabaseError, OperatorDBError
 from operator_db.measure.allocator import retain_freed_memory
+from operator_db.measure.backends import backends_state, pin_backends
 from operator_db.measure.engine import energy_unavailable, idle_power_w
 from operator_db.measure.settings import MeasureSettings
 from operator_db.worker.execute import Executor, JobInfo, execute_job
@@ -145,6 +146,8 @@ class Worker:
         self._idle_measured_at = -float("inf")
         self._measures_energy = False
         self.allocator = "unchanged"
+        self.threads: int | None = None
+        """CPU threads pinned before each job: the setting, else torch's count at start."""
 
     def stop(self) -> None:
         """Ask the worker to stop after the current job."""
@@ -195,8 +198,10 @@ class Worker:
         Raises:
             DatabaseError: the database stayed unavailable for ``max_db_failures`` attempts.
         """
-        if self.settings.threads is not None:
-            torch.set_num_threads(self.settings.threads)
+        # torch's backend flags are process-wide: pinned now and again before each job, so that
+        # model code setting one (TF32, cudnn.benchmark, threads, ...) cannot change later jobs.
+        self.threads = self.settings.threads or torch.get_num_threads()
+        pin_backends(self.settings, self.threads)
         if self.settings.retain_freed_memory:
             self.allocator = retain_freed_memory()
         kind_id = self.register()
@@ -245,8 +250,11 @@ class Worker:
                 row = session.get(Job, job_id)
                 assert row is not None
                 job = JobInfo.of(row)
+            pin_backends(self.settings, self.threads)
             with _Heartbeat(self.store, job_id, owner, self.options.lease_s, every) as beat:
                 rows = self.executor(self.store, job, self.device, self.settings, self._idle_power)
+            # What the job ran under: the pinned flags, unless its model code changed them.
+            backends = backends_state()
             with self.store.transaction() as session:
                 if beat.lost.is_set() or not queue.finish_job(session, job_id, owner):
                     session.rollback()
@@ -255,6 +263,7 @@ class Worker:
                     return
                 for result_row in rows:
                     result_row.host_id = self.host_id
+                    result_row.provenance = {**(result_row.provenance or {}), "backends": backends}
                     session.add(result_row)
             stats.done += 1
             self._emit("done", target, job_id)
