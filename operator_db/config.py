@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -101,7 +101,53 @@ class MeasureSettings(BaseModel):
         description="Flag when counter and integrated energy differ by more (relative).",
     )
     threads: int | None = Field(
-        default=None, ge=1, description="CPU threads (torch.set_num_threads); None keeps torch's."
+        default=None,
+        ge=1,
+        description="CPU threads (torch.set_num_threads); None keeps the count torch had when the "
+        "worker started. Restored before each job.",
+    )
+    # torch's backend flags, pinned at worker start and before each job and recorded in every
+    # result's provenance (measure/backends.py); the defaults are torch's own (2.13).
+    matmul_allow_tf32: bool = Field(
+        default=False,
+        description="torch.backends.cuda.matmul.allow_tf32: TF32 in float32 matmuls (Ampere and "
+        "newer). One torch state with float32_matmul_precision: True exactly when that is "
+        "'high' or 'medium'.",
+    )
+    float32_matmul_precision: Literal["highest", "high", "medium"] = Field(
+        default="highest",
+        description="torch.set_float32_matmul_precision: 'highest' keeps float32 matmuls in "
+        "float32; 'high' allows TF32; 'medium' also bfloat16 (oneDNN).",
+    )
+    cudnn_allow_tf32: bool = Field(
+        default=True, description="torch.backends.cudnn.allow_tf32: TF32 in cuDNN convolutions."
+    )
+    cudnn_enabled: bool = Field(default=True, description="torch.backends.cudnn.enabled.")
+    cudnn_benchmark: bool = Field(
+        default=False,
+        description="torch.backends.cudnn.benchmark: time cuDNN's algorithms per shape and keep "
+        "the fastest.",
+    )
+    cudnn_deterministic: bool = Field(
+        default=False, description="torch.backends.cudnn.deterministic: deterministic algorithms."
+    )
+    sdp_flash: bool = Field(
+        default=True, description="Scaled dot-product attention may use FlashAttention."
+    )
+    sdp_mem_efficient: bool = Field(
+        default=True,
+        description="Scaled dot-product attention may use the memory-efficient kernel.",
+    )
+    sdp_math: bool = Field(
+        default=True, description="Scaled dot-product attention may use the math (reference) path."
+    )
+    sdp_cudnn: bool = Field(
+        default=True, description="Scaled dot-product attention may use cuDNN's kernel."
+    )
+    deterministic_algorithms: bool = Field(
+        default=False,
+        description="torch.use_deterministic_algorithms: deterministic kernels only (errors for "
+        "ops that have none).",
     )
     cache_mode: Literal["warm"] = Field(
         default="warm", description="Inputs allocated once and reused (METHODOLOGY §3)."
@@ -113,6 +159,17 @@ class MeasureSettings(BaseModel):
         "and whole models alike reuse it, as the CUDA caching allocator does, instead of paying "
         "page faults for fresh output buffers (docs/measurement.md).",
     )
+
+    @model_validator(mode="after")
+    def _one_tf32_state(self) -> MeasureSettings:
+        """matmul_allow_tf32 and float32_matmul_precision are one torch state: they must agree."""
+        if self.matmul_allow_tf32 != (self.float32_matmul_precision != "highest"):
+            raise ValueError(
+                f"matmul_allow_tf32={self.matmul_allow_tf32} contradicts float32_matmul_precision="
+                f"{self.float32_matmul_precision!r}: torch allows TF32 in float32 matmuls exactly "
+                "when the precision is 'high' or 'medium'"
+            )
+        return self
 
 
 class Settings(BaseSettings):

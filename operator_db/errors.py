@@ -49,6 +49,14 @@ class DeviceUnsupportedError(DeviceError):
     """The device (or its driver) does not support the asked-for feature."""
 
 
+class DeviceContextLostError(DeviceError):
+    """The device's context is unusable (a sticky CUDA error): only a new process can use it.
+
+    The worker that meets one hands its job back and stops; ``opdb`` then exits with its own code
+    (``EXIT_RESTART`` in cli/main.py) so that a supervisor starts a fresh process.
+    """
+
+
 class PermissionDeniedError(OperatorDBError):
     """The caller may not do this (missing token, unreadable counter, ...)."""
 

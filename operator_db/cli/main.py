@@ -1,9 +1,13 @@
-"""The ``opdb`` command: one typer app; errors become one line and exit code 1."""
+"""The ``opdb`` command: one typer app; errors become one line and exit code 1.
+
+A worker whose CUDA context was lost exits with :data:`EXIT_RESTART` instead, for a supervisor.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 import typer
@@ -23,7 +27,12 @@ from operator_db.cli.serve import serve
 from operator_db.cli.work import enqueue, jobs_status, measure, worker
 from operator_db.config import get_settings
 from operator_db.db.engine import describe_db_error
-from operator_db.errors import OperatorDBError
+from operator_db.errors import DeviceContextLostError, OperatorDBError
+
+EXIT_RESTART = 75
+"""Exit code of ``opdb worker`` / ``opdb measure`` after a sticky CUDA error (EX_TEMPFAIL of
+sysexits.h): the job went back to the queue and the process must be started afresh (systemd
+``RestartForceExitStatus=75``, or a Docker/Kubernetes restart policy)."""
 
 app = typer.Typer(
     name="opdb",
@@ -76,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``opdb`` with ``argv`` (default: the process arguments); return the exit code.
 
     A user error (bad spec, unknown model, unreachable database) prints one line to stderr and
-    returns 1; set ``OPDB_DEBUG=1`` for the traceback.
+    returns 1; set ``OPDB_DEBUG=1`` for the traceback. A lost CUDA context returns
+    :data:`EXIT_RESTART`, with the traceback too under ``OPDB_DEBUG=1`` (the code stays).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -91,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if callable(show):
             show(file=sys.stderr)
         return int(getattr(exc, "exit_code", 2))
+    except DeviceContextLostError as exc:
+        if _debug():
+            traceback.print_exception(exc)
+        err_console.print(f"error: {exc}", markup=False)
+        return EXIT_RESTART
     except OperatorDBError as exc:
         if _debug():
             raise
@@ -108,4 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    code = main()
+    if code == EXIT_RESTART:
+        # The CUDA context is poisoned: the interpreter's teardown frees CUDA tensors, which may
+        # call into CUDA and abort the process, replacing the exit code a supervisor acts on.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

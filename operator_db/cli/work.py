@@ -16,6 +16,7 @@ from operator_db.config import get_settings
 from operator_db.db import queue
 from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
+from operator_db.errors import DeviceContextLostError
 from operator_db.estimate.significant import enqueue_significant_first
 from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
 
@@ -129,7 +130,14 @@ def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) ->
                     progress.advance(task)
                 if event.kind == "claimed":
                     progress.update(task, description=f"job {event.job_id}: {event.message}")
-                elif event.kind in ("failed", "retry", "lost", "db_error", "registered"):
+                elif event.kind in (
+                    "failed",
+                    "retry",
+                    "lost",
+                    "db_error",
+                    "registered",
+                    "context_lost",
+                ):
                     progress.console.print(f"{event.kind}: {event.message}")
             else:
                 job = f"job {event.job_id} " if event.job_id is not None else ""
@@ -139,10 +147,14 @@ def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) ->
 
         worker = Worker(store, device, settings.measure, options, on_event=on_event)
         with _stop_on_signals(worker):
-            if progress is not None:
-                with progress:
-                    return worker.run()
-            return worker.run()
+            try:
+                if progress is not None:
+                    with progress:
+                        return worker.run()
+                return worker.run()
+            except DeviceContextLostError:
+                _print_stats(worker.stats)  # then exit with EXIT_RESTART (cli/main.py)
+                raise
 
 
 def _print_stats(stats: WorkerStats) -> None:

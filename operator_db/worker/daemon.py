@@ -3,6 +3,11 @@
 One job is one transaction of results: the rows are written and the job marked done together, and
 only if this worker still owns the job's lease. A heartbeat thread renews the lease while the job is
 measured; a worker that dies stops renewing, its lease expires, and another worker takes the job.
+
+A sticky CUDA error (a device-side assert, an illegal memory access, ...) leaves the process's CUDA
+context unusable: the worker then makes no further CUDA call, gives the job back to the queue (the
+attempt counts), and stops with :class:`DeviceContextLostError`, so that its process exits and a
+supervisor starts a fresh one.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from operator_db.db import queries, queue
 from operator_db.db.models import Host, Job, JobStatus, utcnow
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
-from operator_db.errors import DatabaseError, OperatorDBError
+from operator_db.errors import DatabaseError, DeviceContextLostError, OperatorDBError
 from operator_db.measure.allocator import retain_freed_memory
+from operator_db.measure.backends import backends_state, pin_backends
+from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.measure.energy import energy_unavailable, idle_power_w
 from operator_db.measure.settings import MeasureSettings
 from operator_db.worker.execute import Executor, JobInfo, execute_job
@@ -38,6 +45,7 @@ EventKind = Literal[
     "released",
     "idle",
     "db_error",
+    "context_lost",
 ]
 
 
@@ -145,6 +153,12 @@ class Worker:
         self._idle_measured_at = -float("inf")
         self._measures_energy = False
         self.allocator = "unchanged"
+        self.threads: int | None = None
+        """CPU threads pinned before each job: the setting, else torch's count at start."""
+        self.stats = WorkerStats()
+        """What the current (or last) run did; also there when ``run`` raised."""
+        self.context_lost: str | None = None
+        """The sticky CUDA error that made this worker stop, if one did."""
 
     def stop(self) -> None:
         """Ask the worker to stop after the current job."""
@@ -194,14 +208,21 @@ class Worker:
 
         Raises:
             DatabaseError: the database stayed unavailable for ``max_db_failures`` attempts.
+            DeviceContextLostError: a job hit a sticky CUDA error (now or in an earlier run): its
+                job went back to the queue and this process cannot use the device again.
+                ``self.stats`` holds what the run did.
         """
-        if self.settings.threads is not None:
-            torch.set_num_threads(self.settings.threads)
+        if self.context_lost is not None:
+            raise self._lost_error()
+        # torch's backend flags are process-wide: pinned now and again before each job, so that
+        # model code setting one (TF32, cudnn.benchmark, threads, ...) cannot change later jobs.
+        self.threads = self.settings.threads or torch.get_num_threads()
+        pin_backends(self.settings, self.threads)
         if self.settings.retain_freed_memory:
             self.allocator = retain_freed_memory()
         kind_id = self.register()
         self._measures_energy = self.settings.energy and energy_unavailable(self.device) is None
-        stats = WorkerStats()
+        stats = self.stats = WorkerStats()
         taken = 0
         db_failures = 0
         while not self.stop_event.is_set():
@@ -222,6 +243,14 @@ class Worker:
                     raise
                 self._sleep(min(self.options.poll_s * 2**db_failures, 60.0))
                 continue
+            except RuntimeError as exc:  # the idle-power window synchronizes the device
+                if not is_sticky_cuda_error(exc):
+                    raise
+                self.context_lost = _one_line(exc)
+                self._emit(
+                    "context_lost", f"{self.context_lost}; stopping (the process must restart)"
+                )
+                break
             if claimed is None:
                 if self.options.until_idle:
                     self._emit("idle", "queue empty")
@@ -234,7 +263,15 @@ class Worker:
             # energy reading there is no thermal drift of energy to guard against.
             if self.settings.cooldown_s and self._measures_energy and not self.stop_event.is_set():
                 self._sleep(self.settings.cooldown_s)
+        if self.context_lost is not None:
+            raise self._lost_error()
         return stats
+
+    def _lost_error(self) -> DeviceContextLostError:
+        return DeviceContextLostError(
+            f"the CUDA context is lost ({self.context_lost}); this process cannot measure again: "
+            "restart the worker"
+        )
 
     def _work(self, job_id: int, target: str, stats: WorkerStats) -> None:
         owner = self.options.name
@@ -245,8 +282,14 @@ class Worker:
                 row = session.get(Job, job_id)
                 assert row is not None
                 job = JobInfo.of(row)
+            pin_backends(self.settings, self.threads)
             with _Heartbeat(self.store, job_id, owner, self.options.lease_s, every) as beat:
                 rows = self.executor(self.store, job, self.device, self.settings, self._idle_power)
+                # An asynchronous CUDA error surfaces here, in the job that caused it, rather
+                # than in the next job's first CUDA call.
+                self.device.synchronize()
+            # What the job ran under: the pinned flags, unless its model code changed them.
+            backends = backends_state()
             with self.store.transaction() as session:
                 if beat.lost.is_set() or not queue.finish_job(session, job_id, owner):
                     session.rollback()
@@ -255,6 +298,7 @@ class Worker:
                     return
                 for result_row in rows:
                     result_row.host_id = self.host_id
+                    result_row.provenance = {**(result_row.provenance or {}), "backends": backends}
                     session.add(result_row)
             stats.done += 1
             self._emit("done", target, job_id)
@@ -265,14 +309,20 @@ class Worker:
                     self._emit("released", f"{target}: handed back", job_id)
             raise
         except (OperatorDBError, RuntimeError, ValueError, TypeError) as exc:
-            # RuntimeError covers torch errors, CUDA out-of-memory included: the worker goes on.
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            text = str(exc).strip()
-            message = f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
+            # RuntimeError covers torch errors, CUDA out-of-memory included: the worker goes on,
+            # unless the error left the CUDA context unusable (then no CUDA call may follow).
+            message = _one_line(exc)
+            lost = is_sticky_cuda_error(exc)
+            if not lost and (cleanup := _release_cuda_cache()) is not None:
+                lost, message = True, f"{message} (then {cleanup})"
+            if lost:
+                self.context_lost = message
+                self.stop()
+                message = f"{message} [CUDA context lost: the worker stopped for a restart]"
             # Device, database and torch runtime errors (out-of-memory) may pass; bad input won't.
-            retry = getattr(exc, "retryable", False) or (
-                isinstance(exc, RuntimeError) and not isinstance(exc, OperatorDBError)
+            retry = lost or (
+                getattr(exc, "retryable", False)
+                or (isinstance(exc, RuntimeError) and not isinstance(exc, OperatorDBError))
             )
             with self.store.transaction() as session:
                 status = queue.fail_job(session, job_id, owner, message, retry=retry)
@@ -286,3 +336,29 @@ class Worker:
             else:
                 stats.lost += 1
                 self._emit("lost", f"{target}: lease lost while failing", job_id)
+            if lost:
+                self._emit(
+                    "context_lost",
+                    f"{target}: {self.context_lost}; stopping (the process must restart)",
+                    job_id,
+                )
+
+
+def _one_line(exc: BaseException) -> str:
+    """Return ``Type: first line of the message`` (what a job's ``last_error`` holds)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}"
+
+
+def _release_cuda_cache() -> str | None:
+    """Free the failed job's cached CUDA memory (an out-of-memory retry needs it).
+
+    Returns None, or the error CUDA raised meanwhile: then the context is unusable after all (a
+    sticky error whose text was not recognised), and the caller treats it as lost.
+    """
+    try:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except RuntimeError as exc:
+        return f"torch.cuda.empty_cache() failed: {_one_line(exc)}"
+    return None

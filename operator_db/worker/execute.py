@@ -17,6 +17,7 @@ from operator_db.db.models import FullModelRun, Job, Measurement, Model, Operato
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
 from operator_db.errors import NotFoundError, OperatorDBError
+from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.measure.engine import (
     MeasureResult,
     Target,
@@ -304,6 +305,8 @@ def _execute_interleaved(
             try:
                 run = _prepare_operator(config, device, settings)
             except (OperatorDBError, RuntimeError, ValueError, TypeError) as exc:
+                if is_sticky_cuda_error(exc):
+                    raise  # no configuration after it could be built: the worker must restart
                 left_out[config.key] = str(exc).strip().splitlines()[0] if str(exc) else "failed"
                 continue
             prepared[config.key] = (config.id, _config_dtype(config))
