@@ -195,6 +195,15 @@ class Device(abc.ABC):
     def synchronize(self) -> None:
         """Wait until all work queued on the device is done."""
 
+    def activate(self) -> None:
+        """Make this device the current one of the process (``torch.cuda.set_device`` on GPUs).
+
+        CUDA events, streams and graphs are created on the current device, so measuring code must
+        run with the measured device current. GPU devices do this in ``torch_device()``; this
+        method does it explicitly. Nothing to do for the CPU and the fake device.
+        """
+        return None
+
     # energy and power -------------------------------------------------------------------------
 
     @abc.abstractmethod

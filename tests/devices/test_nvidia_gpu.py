@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from operator_db.devices import EnergyWindow, NvidiaDevice, nvml_available, open_device
+from operator_db.devices.cuda import cuda_unavailable_reason
 
 pytestmark = pytest.mark.gpu
 
@@ -25,6 +26,9 @@ def gpu() -> Iterator[NvidiaDevice]:
     ok, reason = nvml_available()
     if not ok:
         pytest.skip(reason)
+    cuda_reason = cuda_unavailable_reason()
+    if cuda_reason is not None:  # an NvidiaDevice is torch's cuda:N: it needs CUDA
+        pytest.skip(cuda_reason)
     device = NvidiaDevice(0)
     yield device
     device.close()
@@ -56,12 +60,10 @@ def test_identity(gpu: NvidiaDevice) -> None:
     assert ident.memory_bytes and ident.memory_bytes > 0
 
 
-def test_open_device_auto_picks_the_gpu() -> None:
-    ok, reason = nvml_available()
-    if not ok:
-        pytest.skip(reason)
+def test_open_device_auto_picks_the_gpu(gpu: NvidiaDevice) -> None:
     with open_device("auto") as device:
         assert isinstance(device, NvidiaDevice)
+        assert device.identity().device_id == gpu.identity().device_id  # both are cuda:0
 
 
 def test_torch_index_matches_uuid(gpu: NvidiaDevice) -> None:
