@@ -236,6 +236,10 @@ class Device(abc.ABC):
         """Return what the power samples cover (e.g. ``"GPU"``, ``"MODULE"``), or None."""
         return None
 
+    def energy_scope(self) -> str | None:
+        """Return what the energy counter covers (e.g. ``"GPU"``, ``"MODULE"``), or None."""
+        return None
+
     def timestamp_us(self) -> int:
         """Return now in µs, in the time base of ``power_mw()`` sample timestamps."""
         return self._clock() // 1000
@@ -307,6 +311,7 @@ class Device(abc.ABC):
             "cudnn_version": cudnn,
             "torch_threads": torch.get_num_threads(),
             "power_field_scope": self.power_scope(),
+            "energy_scope": self.energy_scope(),
             "counter_update_period_s": self._update_period_s,
             "energy_unavailable_reason": self.energy_unavailable_reason(),
             "power_unavailable_reason": self.power_unavailable_reason(),

@@ -207,6 +207,10 @@ class FakeDevice(Device):
         """Return ``"fake"`` when the device has power readings."""
         return "fake" if self.has_power else None
 
+    def energy_scope(self) -> str | None:
+        """Return ``"fake"`` when the device has an energy counter."""
+        return "fake" if self.has_energy_counter else None
+
     def _update_probe(self) -> Callable[[], object] | None:
         if self.has_energy_counter:
             return self.energy_mj

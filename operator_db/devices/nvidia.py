@@ -74,9 +74,11 @@ class NvidiaDevice(Device):
     device (it reads energy, power and telemetry, but nothing can be measured on it; for
     simulated hosts in tests and NVML-only tools).
 
-    Energy: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ, Volta+). Power: field 186 with scope GPU,
-    else MODULE (Grace Hopper); ``nvmlDeviceGetPowerUsage`` only before Ampere and on GA100, where
-    it is an instant reading (elsewhere it is a 1 s average and is not used). Power timestamps are
+    Energy: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ, Volta+); it covers the whole module
+    (CPU, GPU and memory) where C2C mode is on (Grace Hopper), else the GPU (``energy_scope()``).
+    Power: field 186 in the counter's scope: GPU (else MODULE), or MODULE only with C2C mode on;
+    ``nvmlDeviceGetPowerUsage`` only before Ampere and on GA100, where it is an instant reading
+    (elsewhere it is a 1 s average and is not used). Power timestamps are
     NVML's host timestamps (µs since the epoch), so ``timestamp_us()`` reads the wall clock.
     """
 
@@ -139,6 +141,7 @@ class NvidiaDevice(Device):
         self._gpu = gpu = NvmlGpu(nv, handle)
         self._handle = handle
         self._arch_code = gpu.architecture()
+        self._c2c = gpu.c2c_mode()
         nvml_index = self.index if self.nvml_only else None
         if nvml_index is None:
             nvml_index = gpu.optional("read the NVML index", nv.nvmlDeviceGetIndex)
@@ -147,6 +150,7 @@ class NvidiaDevice(Device):
             {
                 "cuda_index": None if self.nvml_only else self.index,
                 "nvml_index": nvml_index,
+                "c2c_mode": self._c2c,
             },
         )
         if self._cuda_uuid is not None and not _same_uuid(
@@ -197,7 +201,14 @@ class NvidiaDevice(Device):
         """Return (scope, None) for the first power source that works, else (None, reason)."""
         nv = self._nvml
         failures: list[str] = []
-        for label in ("GPU", "MODULE"):
+        labels: tuple[str, ...] = ("GPU", "MODULE")
+        if self._c2c:
+            labels = ("MODULE",)
+            failures.append(
+                "scope GPU: not used: C2C mode is on, so the energy counter covers the whole "
+                "module (CPU, GPU and memory)"
+            )
+        for label in labels:
             constant, default = _POWER_SCOPES[label]
             scope = getattr(nv, constant, default)
             try:
@@ -289,6 +300,20 @@ class NvidiaDevice(Device):
         """Say why the energy counter is not used (pre-Volta, not supported, not permitted)."""
         return self._energy_reason
 
+    def energy_scope(self) -> str | None:
+        """Return what the counter covers: ``"MODULE"`` with C2C mode on, else ``"GPU"``.
+
+        On Grace Hopper (C2C mode on) the counter covers CPU, GPU and memory. None without a
+        counter.
+        """
+        if self._energy_reason is not None:
+            return None
+        return "MODULE" if self._c2c else "GPU"
+
+    def c2c_mode(self) -> bool | None:
+        """Return whether C2C mode is on (Grace Hopper); None where NVML cannot say."""
+        return self._c2c
+
     def power_mw(self) -> PowerSample | None:
         """Return instant power (mW) with NVML's timestamp (µs since the epoch).
 
@@ -358,11 +383,12 @@ class NvidiaDevice(Device):
             return {}
 
     def provenance(self) -> dict[str, Any]:
-        """Return the common provenance plus the CUDA and NVML indices and the CUDA driver."""
+        """Return the common provenance plus the CUDA and NVML indices, C2C mode, CUDA driver."""
         out = super().provenance()
         extra = self._identity.extra
         out["cuda_index"] = extra.get("cuda_index")
         out["nvml_index"] = extra.get("nvml_index")
+        out["c2c_mode"] = self._c2c
         out["cuda_driver_version"] = extra.get("cuda_driver_version")
         return out
 

@@ -1,7 +1,8 @@
 """One GPU's NVML handle and what is read through it besides energy and power.
 
-Identity and telemetry (clocks, temperature, power limit, clock-event reasons). Every call goes
-through ``nvml_errors``; a getter the driver does not support gives None, a lost GPU raises.
+Identity, telemetry (clocks, temperature, power limit, clock-event reasons) and C2C mode. Every
+call goes through ``nvml_errors``; a getter the driver does not support gives None, a lost GPU
+raises.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from operator_db.devices.base import DeviceIdentity, Telemetry
 from operator_db.devices.nvml import as_text, nvml_errors
-from operator_db.errors import DeviceUnsupportedError
+from operator_db.errors import DeviceUnsupportedError, PermissionDeniedError
 
 ARCH_VOLTA = 5
 ARCH_AMPERE = 7
@@ -71,6 +72,22 @@ class NvmlGpu:
         """Return the ``nvmlDeviceGetArchitecture`` code, or None where unsupported."""
         code = self.optional("read the architecture", self.nvml.nvmlDeviceGetArchitecture)
         return None if code is None else int(code)
+
+    def c2c_mode(self) -> bool | None:
+        """Return whether C2C mode is on (Grace Hopper); None where binding or driver can't say.
+
+        Raises:
+            DeviceError: the GPU failed (GPU lost, ...).
+        """
+        function = getattr(self.nvml, "nvmlDeviceGetC2cModeInfoV", None)
+        if function is None:
+            return None
+        try:
+            with nvml_errors("read the C2C mode"):
+                info = function(self.handle)
+        except (DeviceUnsupportedError, PermissionDeniedError):
+            return None
+        return bool(info.isC2cEnabled)
 
     def identity(self, arch_code: int | None, extra: dict[str, Any]) -> DeviceIdentity:
         """Read name, UUID, memory, compute capability, PCI bus id, driver/NVML/CUDA versions.

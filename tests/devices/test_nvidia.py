@@ -178,6 +178,7 @@ def test_identity(nvml: Any) -> None:
         assert ident.extra == {
             "cuda_index": 0,
             "nvml_index": 0,
+            "c2c_mode": None,
             "architecture_code": real.NVML_DEVICE_ARCH_HOPPER,
             "compute_capability": "9.0",
             "pci_bus_id": "00000000:18:00.0",
@@ -538,6 +539,8 @@ def test_provenance(nvml: Any) -> None:
     assert prov["counter_update_period_s"] == 0.1
     assert prov["cuda_index"] == 0
     assert prov["nvml_index"] == 0
+    assert prov["energy_scope"] == "GPU"
+    assert prov["c2c_mode"] is None
     assert prov["energy_unavailable_reason"] is None
     assert isinstance(prov["host"], str)
 
