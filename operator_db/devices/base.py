@@ -240,6 +240,18 @@ class Device(abc.ABC):
         """Return what the energy counter covers (e.g. ``"GPU"``, ``"MODULE"``), or None."""
         return None
 
+    def violation_counters_us(self) -> dict[str, int]:
+        """Return cumulative clock-limit violation counters in µs; {} where there are none.
+
+        Keys are ``<policy>_violation_us`` (time the clocks were held below target by that
+        policy, e.g. ``power`` or ``thermal``) and ``<policy>_reference_us`` (the timestamp of the
+        reading, µs). Only differences between two reads mean anything.
+
+        Raises:
+            DeviceError: the device failed (unsupported policies are left out instead).
+        """
+        return {}
+
     def timestamp_us(self) -> int:
         """Return now in µs, in the time base of ``power_mw()`` sample timestamps."""
         return self._clock() // 1000

@@ -20,7 +20,13 @@ from operator_db.devices.base import (
     Telemetry,
 )
 from operator_db.devices.cuda import cuda_uuid
-from operator_db.devices.nvml import import_pynvml, nvml_errors
+from operator_db.devices.nvml import (
+    gpu_gone,
+    import_pynvml,
+    nvml_code_error,
+    nvml_error_code,
+    nvml_errors,
+)
 from operator_db.devices.nvml_gpu import (
     ARCH_AMPERE,
     ARCH_UNKNOWN,
@@ -28,12 +34,7 @@ from operator_db.devices.nvml_gpu import (
     NvmlGpu,
     architecture_name,
 )
-from operator_db.errors import (
-    DeviceError,
-    DeviceUnsupportedError,
-    OperatorDBError,
-    PermissionDeniedError,
-)
+from operator_db.errors import DeviceError, DeviceUnsupportedError, OperatorDBError
 
 FIELD_POWER_INSTANT = 186
 """``NVML_FI_DEV_POWER_INSTANT``: instant power in mW, with its own timestamp."""
@@ -42,6 +43,7 @@ _POWER_SCOPES: dict[str, tuple[str, int]] = {
     "GPU": ("NVML_POWER_SCOPE_GPU", 0),
     "MODULE": ("NVML_POWER_SCOPE_MODULE", 1),
 }
+_READ_FIELD = "read instant power (field 186)"
 _NVML_ERROR_INVALID_ARGUMENT = 2
 _NVML_ERROR_NOT_FOUND = 6
 
@@ -78,8 +80,8 @@ class NvidiaDevice(Device):
     (CPU, GPU and memory) where C2C mode is on (Grace Hopper), else the GPU (``energy_scope()``).
     Power: field 186 in the counter's scope: GPU (else MODULE), or MODULE only with C2C mode on;
     ``nvmlDeviceGetPowerUsage`` only before Ampere and on GA100, where it is an instant reading
-    (elsewhere it is a 1 s average and is not used). Power timestamps are
-    NVML's host timestamps (µs since the epoch), so ``timestamp_us()`` reads the wall clock.
+    (elsewhere it is a 1 s average and is not used). Power timestamps are NVML's host timestamps
+    (µs since the epoch), so ``timestamp_us()`` reads the wall clock.
     """
 
     device_type: ClassVar[DeviceType] = "gpu"
@@ -168,11 +170,7 @@ class NvidiaDevice(Device):
             with nvml_errors(f"open the GPU of cuda:{self.index} by its UUID"):
                 return self._nvml.nvmlDeviceGetHandleByUUID(uuid)
         except DeviceError as exc:
-            cause = exc.__cause__
-            if getattr(cause, "value", None) not in (
-                _NVML_ERROR_INVALID_ARGUMENT,
-                _NVML_ERROR_NOT_FOUND,
-            ):
+            if nvml_error_code(exc) not in (_NVML_ERROR_INVALID_ARGUMENT, _NVML_ERROR_NOT_FOUND):
                 raise
             raise DeviceError(
                 f"no NVML GPU matches torch's cuda:{self.index} (UUID {uuid}); "
@@ -183,7 +181,11 @@ class NvidiaDevice(Device):
         return self._arch_code is not None and self._arch_code != ARCH_UNKNOWN
 
     def _probe_energy(self) -> str | None:
-        """Return why the energy counter cannot be used, or None when it can."""
+        """Return why the energy counter cannot be used, or None when it can.
+
+        Raises:
+            DeviceError: the GPU is gone (``NVML_GPU_GONE``); other failures are a reason.
+        """
         if self._arch_known() and self._arch_code is not None and self._arch_code < ARCH_VOLTA:
             return (
                 "energy unavailable: the NVML energy counter needs Volta or newer; "
@@ -193,12 +195,18 @@ class NvidiaDevice(Device):
         try:
             with nvml_errors("read the energy counter"):
                 self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
-        except (DeviceUnsupportedError, PermissionDeniedError) as exc:
+        except OperatorDBError as exc:
+            if gpu_gone(exc):
+                raise
             return f"energy unavailable: {exc}"
         return None
 
     def _probe_power(self) -> tuple[str | None, str | None]:
-        """Return (scope, None) for the first power source that works, else (None, reason)."""
+        """Return (scope, None) for the first power source that works, else (None, reason).
+
+        A source that fails (as a whole call or in its field's own return code) is dropped, with
+        why in the reason; only a failure saying the GPU is gone fails the open.
+        """
         nv = self._nvml
         failures: list[str] = []
         labels: tuple[str, ...] = ("GPU", "MODULE")
@@ -211,13 +219,11 @@ class NvidiaDevice(Device):
         for label in labels:
             constant, default = _POWER_SCOPES[label]
             scope = getattr(nv, constant, default)
-            try:
-                self._read_field_power(scope)
-            except (DeviceUnsupportedError, PermissionDeniedError) as exc:
-                failures.append(f"scope {label}: {exc}")
-                continue
-            self._field_scope = scope
-            return label, None
+            problem = self._field_problem(scope)
+            if problem is None:
+                self._field_scope = scope
+                return label, None
+            failures.append(f"scope {label}: {problem}")
         instant_power_usage = (
             self._arch_known()
             and self._arch_code is not None
@@ -228,7 +234,9 @@ class NvidiaDevice(Device):
                 with nvml_errors("read power usage"):
                     nv.nvmlDeviceGetPowerUsage(self._handle)
                 return "power_usage", None
-            except (DeviceUnsupportedError, PermissionDeniedError) as exc:
+            except OperatorDBError as exc:
+                if gpu_gone(exc):
+                    raise
                 failures.append(str(exc))
         else:
             failures.append("nvmlDeviceGetPowerUsage is a 1 s average on this GPU and is not used")
@@ -236,15 +244,35 @@ class NvidiaDevice(Device):
             failures
         )
 
+    def _field_problem(self, scope: int) -> str | None:
+        """Read field 186 with ``scope`` once; return why it cannot be used, or None.
+
+        Raises:
+            DeviceError: the GPU is gone.
+        """
+        try:
+            value = self._field_value(scope)
+        except OperatorDBError as exc:
+            if gpu_gone(exc):
+                raise
+            return str(exc)
+        if value.nvmlReturn != getattr(self._nvml, "NVML_SUCCESS", 0):
+            return str(nvml_code_error(int(value.nvmlReturn), _READ_FIELD))
+        return None
+
     # reading ----------------------------------------------------------------------------------
 
+    def _field_value(self, scope: int) -> Any:
+        with nvml_errors(_READ_FIELD):
+            values = self._nvml.nvmlDeviceGetFieldValues(
+                self._handle, [(FIELD_POWER_INSTANT, scope)]
+            )
+        return values[0]
+
     def _read_field_power(self, scope: int) -> PowerSample:
-        nv = self._nvml
-        with nvml_errors("read instant power (field 186)"):
-            values = nv.nvmlDeviceGetFieldValues(self._handle, [(FIELD_POWER_INSTANT, scope)])
-            value = values[0]
-            if value.nvmlReturn != getattr(nv, "NVML_SUCCESS", 0):
-                raise nv.NVMLError(value.nvmlReturn)
+        value = self._field_value(scope)
+        if value.nvmlReturn != getattr(self._nvml, "NVML_SUCCESS", 0):
+            raise nvml_code_error(int(value.nvmlReturn), _READ_FIELD)
         member = _VALUE_MEMBERS.get(int(value.valueType), "uiVal")
         return PowerSample(int(value.timestamp), float(getattr(value.value, member)))
 
@@ -351,10 +379,26 @@ class NvidiaDevice(Device):
     def telemetry(self) -> Telemetry:
         """Return SM/memory clocks (MHz), temperature (°C), power limit (W), clock-event reasons.
 
+        The temperature comes from ``nvmlDeviceGetTemperatureV`` where the binding and driver
+        have it (else the deprecated ``nvmlDeviceGetTemperature``); the reasons from
+        ``nvmlDeviceGetCurrentClocksEventReasons``, else ``...ClocksThrottleReasons``.
+
         Raises:
             DeviceError: the GPU failed (GPU lost, ...); unsupported fields are None.
         """
         return self._gpu.telemetry(self.timestamp_us())
+
+    def violation_counters_us(self) -> dict[str, int]:
+        """Return ``nvmlDeviceGetViolationStatus`` counters per policy, in µs; {} where none.
+
+        ``<policy>_violation_us``: cumulative time the clocks were held below target by the
+        policy (``power``, ``thermal``, ... see ``VIOLATION_POLICIES``); ``<policy>_reference_us``:
+        NVML's CPU timestamp of that reading. Unsupported policies are left out.
+
+        Raises:
+            DeviceError: the GPU failed (GPU lost, ...).
+        """
+        return self._gpu.violation_counters_us()
 
     def context_telemetry(self) -> dict[str, Any]:
         """Return utilization (%), memory (bytes) and GPU processes through nvitop; {} on failure.
