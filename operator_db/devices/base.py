@@ -175,6 +175,7 @@ class Device(abc.ABC):
         self._clock = clock
         self._sleep = sleep
         self._update_period_s: float | None = None
+        self._power_period_s: float | None = None
         self._closed = False
 
     # identity ---------------------------------------------------------------------------------
@@ -262,6 +263,10 @@ class Device(abc.ABC):
             return self.energy_mj
         return None
 
+    def _power_probe(self) -> Callable[[], object] | None:
+        """Return a reading that changes each time the power reading updates, or None if none."""
+        return None
+
     def counter_update_period_s(self, *, timeout_s: float = 3.0, repeats: int = 5) -> float | None:
         """Return the energy counter's update period in seconds, measured on the first call.
 
@@ -289,6 +294,34 @@ class Device(abc.ABC):
         if period_s <= 0:
             raise ValueError("period_s must be > 0")
         self._update_period_s = period_s
+
+    def power_update_period_s(self, *, timeout_s: float = 3.0, repeats: int = 5) -> float | None:
+        """Return the instant power reading's update period in seconds, measured on the first call.
+
+        It is not the counter's: on NVIDIA GPUs field 186 and the energy counter update at their
+        own rates. The power sampler polls at half this period. None without a power reading.
+
+        Raises:
+            DeviceError: the reading did not change within ``timeout_s``.
+        """
+        if self._power_period_s is None:
+            probe = self._power_probe()
+            if probe is None:
+                return None
+            self._power_period_s = measure_update_period_s(
+                probe, clock=self._clock, sleep=self._sleep, repeats=repeats, timeout_s=timeout_s
+            )
+        return self._power_period_s
+
+    def known_power_update_period_s(self) -> float | None:
+        """Return the power update period if it was measured or set already, without measuring."""
+        return self._power_period_s
+
+    def set_power_update_period_s(self, period_s: float) -> None:
+        """Use ``period_s`` as the power reading's update period instead of measuring it."""
+        if period_s <= 0:
+            raise ValueError("period_s must be > 0")
+        self._power_period_s = period_s
 
     # telemetry and provenance -----------------------------------------------------------------
 
@@ -325,6 +358,7 @@ class Device(abc.ABC):
             "power_field_scope": self.power_scope(),
             "energy_scope": self.energy_scope(),
             "counter_update_period_s": self._update_period_s,
+            "power_update_period_s": self._power_period_s,
             "energy_unavailable_reason": self.energy_unavailable_reason(),
             "power_unavailable_reason": self.power_unavailable_reason(),
         }

@@ -213,12 +213,15 @@ class FakeDevice(Device):
         """Return ``"fake"`` when the device has an energy counter."""
         return "fake" if self.has_energy_counter else None
 
-    def _update_probe(self) -> Callable[[], object] | None:
-        if self.has_energy_counter:
-            return self.energy_mj
+    def _power_probe(self) -> Callable[[], object] | None:
         if self.has_power:
             return lambda: sample.timestamp_us if (sample := self.power_mw()) else None
         return None
+
+    def _update_probe(self) -> Callable[[], object] | None:
+        if self.has_energy_counter:
+            return self.energy_mj
+        return self._power_probe()
 
     def telemetry(self) -> Telemetry:
         """Return fixed clocks (1980/2619 MHz), ``temperature_c``, 700 W and the set reasons.

@@ -368,13 +368,16 @@ class NvidiaDevice(Device):
         """Return the wall clock in µs: NVML stamps field values with host time since the epoch."""
         return self._wall_clock_us()
 
+    def _power_probe(self) -> Callable[[], object] | None:
+        if self._power_scope is None:
+            return None
+        # The value, not the timestamp: NVML may stamp every read, updated or not.
+        return lambda: sample.power_mw if (sample := self.power_mw()) else None
+
     def _update_probe(self) -> Callable[[], object] | None:
         if self._energy_reason is None:
             return self.energy_mj
-        if self._power_scope is not None:
-            # The value, not the timestamp: NVML may stamp every read, updated or not.
-            return lambda: sample.power_mw if (sample := self.power_mw()) else None
-        return None
+        return self._power_probe()
 
     def telemetry(self) -> Telemetry:
         """Return SM/memory clocks (MHz), temperature (°C), power limit (W), clock-event reasons.

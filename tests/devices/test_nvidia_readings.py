@@ -1,5 +1,5 @@
 """NvidiaDevice readings on a simulated NVML: C2C (Grace Hopper) scope, choosing power sources,
-NVML functions missing from old bindings or drivers, violation counters."""
+NVML functions missing from old bindings or drivers, violation counters, the power period."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pynvml as real
 import pytest
 
-from operator_db.devices import CpuDevice, FakeDevice, NvidiaDevice
+from operator_db.devices import CpuDevice, EnergyWindow, FakeDevice, NvidiaDevice, PowerSampler
 from operator_db.devices.nvml import NVML_ERROR_TABLE
 from operator_db.errors import DeviceError, PermissionDeniedError
 from tests.devices.conftest import ManualClock
@@ -261,3 +261,38 @@ def test_violation_counters_on_other_devices(clock: ManualClock) -> None:
     fake.fail_next("telemetry", PermissionDeniedError("no"))
     with pytest.raises(PermissionDeniedError):
         fake.violation_counters_us()
+
+
+# --- the power reading's own update period -------------------------------------------------------
+
+
+def test_sampler_polls_at_half_the_power_period_not_the_counters(
+    host: SimHost, nvml: Any, clock: ManualClock
+) -> None:
+    gpu0 = host.gpus[0]
+    gpu0.energy_fn = lambda: 5_000_000 + clock() // 100_000_000 * 30_000  # every 100 ms
+    gpu0.power_fn = lambda: 250_000 + clock() // 20_000_000 % 7  # a new value every 20 ms
+    with NvidiaDevice(0, nvml=nvml, clock=clock, sleep=clock.sleep) as gpu:
+        assert gpu.known_power_update_period_s() is None
+        assert PowerSampler(gpu).interval_s == 0.01
+        assert gpu.known_power_update_period_s() == 0.02
+        assert gpu.known_update_period_s() is None  # the counter's is not what the sampler uses
+        assert gpu.counter_update_period_s() == 0.1
+        window = EnergyWindow(gpu)
+        assert window._sampler is not None and window._sampler.interval_s == 0.01
+        prov = gpu.provenance()
+    assert prov["counter_update_period_s"] == 0.1
+    assert prov["power_update_period_s"] == 0.02
+
+
+def test_power_period_can_be_set_and_is_none_without_power(
+    host: SimHost, nvml: Any, clock: ManualClock
+) -> None:
+    with NvidiaDevice(0, nvml=nvml, clock=clock, sleep=clock.sleep) as gpu:
+        gpu.set_power_update_period_s(0.05)
+        assert PowerSampler(gpu).interval_s == 0.025
+        with pytest.raises(ValueError, match="period_s must be > 0"):
+            gpu.set_power_update_period_s(0)
+    host.gpus[0] = SimGpu(name="NVIDIA A10", arch=real.NVML_DEVICE_ARCH_AMPERE, field_scopes=set())
+    with NvidiaDevice(0, nvml=nvml, clock=clock, sleep=clock.sleep) as gpu:
+        assert gpu.power_update_period_s() is None
