@@ -1,8 +1,9 @@
 """The measurement engine on a real NVIDIA GPU (``pytest -m gpu -s`` prints the figures).
 
-Skipped where NVML or CUDA is absent. Checks: per-call time of a large matmul against
-``torch.utils.benchmark``; the power sampler's overhead on measured time; CUDA-graph timing of a
-sub-50 µs op; counter-based energy per call present and plausible.
+Skipped where NVML, a GPU or torch's CUDA is absent (a failure with ``OPDB_REQUIRE_GPU=1``).
+Checks: per-call time of a large matmul against ``torch.utils.benchmark``; the power sampler's
+overhead on measured time; CUDA-graph timing of a sub-50 µs op; counter-based energy per call
+present and plausible.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import torch
 from torch.utils import benchmark
 
 from operator_db.config import MeasureSettings
-from operator_db.devices import NvidiaDevice, nvml_available
+from operator_db.devices import NvidiaDevice
 from operator_db.measure.engine import measure
+from tests.helpers import require_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -24,9 +26,7 @@ MAX_DISAGREEMENT = 0.05  # counter against integrated power on 5 s windows (METH
 
 @pytest.fixture(scope="module")
 def gpu() -> Iterator[NvidiaDevice]:
-    ok, reason = nvml_available()
-    if not ok or not torch.cuda.is_available():
-        pytest.skip(reason if not ok else "CUDA unavailable to torch")
+    require_gpu()
     device = NvidiaDevice(0)
     device.counter_update_period_s()
     yield device
