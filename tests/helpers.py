@@ -1,10 +1,12 @@
-"""Helpers shared by tests: spec builders, table snapshots, running the CLI in-process."""
+"""Helpers shared by tests: spec builders, table snapshots, running the CLI in-process, and
+the one rule for GPU tests that cannot run (skip, or fail where ``OPDB_REQUIRE_GPU=1``)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from sqlalchemy import inspect, select, text
@@ -12,6 +14,8 @@ from sqlalchemy.engine import Engine
 
 from operator_db.cli.main import main
 from operator_db.db.queries.tables import TABLES
+from operator_db.devices.cuda import cuda_unavailable_reason
+from operator_db.devices.nvml import nvml_available
 from operator_db.specs import SPEC_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +38,32 @@ FAST_MEASURE = {
 }
 """Settings that run the real measurement method in milliseconds on the fake device."""
 EXAMPLE_SPECS = REPO / "measurement_specs"
+
+REQUIRE_GPU = os.environ.get("OPDB_REQUIRE_GPU", "") not in ("", "0", "false")
+"""``OPDB_REQUIRE_GPU=1``: a GPU test that cannot run fails instead of skipping. Read at import,
+before the autouse settings fixture of tests/conftest.py clears the ``OPDB_*`` variables."""
+
+
+def skip_without_gpu(reason: str) -> NoReturn:
+    """Skip a GPU test, saying ``reason``; fail with it instead where ``OPDB_REQUIRE_GPU=1``."""
+    if REQUIRE_GPU:
+        pytest.fail(f"{reason} (OPDB_REQUIRE_GPU is set)", pytrace=False)
+    pytest.skip(reason)
+
+
+def gpu_unavailable_reason() -> str | None:
+    """Say why the GPU tests cannot run here (NVML, a GPU, torch with CUDA); None if they can."""
+    ok, reason = nvml_available()
+    if not ok:
+        return reason
+    return cuda_unavailable_reason()
+
+
+def require_gpu() -> None:
+    """Skip (or, with ``OPDB_REQUIRE_GPU=1``, fail) unless NVML sees a GPU and torch has CUDA."""
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        skip_without_gpu(reason)
 
 
 def linear_op(inp: int = 16, out: int = 32, batch: int = 4, count: int = 1) -> dict[str, Any]:

@@ -175,6 +175,7 @@ class Device(abc.ABC):
         self._clock = clock
         self._sleep = sleep
         self._update_period_s: float | None = None
+        self._power_period_s: float | None = None
         self._closed = False
 
     # identity ---------------------------------------------------------------------------------
@@ -194,6 +195,15 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def synchronize(self) -> None:
         """Wait until all work queued on the device is done."""
+
+    def activate(self) -> None:
+        """Make this device the current one of the process (``torch.cuda.set_device`` on GPUs).
+
+        CUDA events, streams and graphs are created on the current device, so measuring code must
+        run with the measured device current. GPU devices do this in ``torch_device()``; this
+        method does it explicitly. Nothing to do for the CPU and the fake device.
+        """
+        return None
 
     # energy and power -------------------------------------------------------------------------
 
@@ -227,6 +237,22 @@ class Device(abc.ABC):
         """Return what the power samples cover (e.g. ``"GPU"``, ``"MODULE"``), or None."""
         return None
 
+    def energy_scope(self) -> str | None:
+        """Return what the energy counter covers (e.g. ``"GPU"``, ``"MODULE"``), or None."""
+        return None
+
+    def violation_counters_us(self) -> dict[str, int]:
+        """Return cumulative clock-limit violation counters in µs; {} where there are none.
+
+        Keys are ``<policy>_violation_us`` (time the clocks were held below target by that
+        policy, e.g. ``power`` or ``thermal``) and ``<policy>_reference_us`` (the timestamp of the
+        reading, µs). Only differences between two reads mean anything.
+
+        Raises:
+            DeviceError: the device failed (unsupported policies are left out instead).
+        """
+        return {}
+
     def timestamp_us(self) -> int:
         """Return now in µs, in the time base of ``power_mw()`` sample timestamps."""
         return self._clock() // 1000
@@ -235,6 +261,10 @@ class Device(abc.ABC):
         """Return a reading that changes each time the device updates it, or None if none."""
         if self.energy_unavailable_reason() is None:
             return self.energy_mj
+        return None
+
+    def _power_probe(self) -> Callable[[], object] | None:
+        """Return a reading that changes each time the power reading updates, or None if none."""
         return None
 
     def counter_update_period_s(self, *, timeout_s: float = 3.0, repeats: int = 5) -> float | None:
@@ -264,6 +294,34 @@ class Device(abc.ABC):
         if period_s <= 0:
             raise ValueError("period_s must be > 0")
         self._update_period_s = period_s
+
+    def power_update_period_s(self, *, timeout_s: float = 3.0, repeats: int = 5) -> float | None:
+        """Return the instant power reading's update period in seconds, measured on the first call.
+
+        It is not the counter's: on NVIDIA GPUs field 186 and the energy counter update at their
+        own rates. The power sampler polls at half this period. None without a power reading.
+
+        Raises:
+            DeviceError: the reading did not change within ``timeout_s``.
+        """
+        if self._power_period_s is None:
+            probe = self._power_probe()
+            if probe is None:
+                return None
+            self._power_period_s = measure_update_period_s(
+                probe, clock=self._clock, sleep=self._sleep, repeats=repeats, timeout_s=timeout_s
+            )
+        return self._power_period_s
+
+    def known_power_update_period_s(self) -> float | None:
+        """Return the power update period if it was measured or set already, without measuring."""
+        return self._power_period_s
+
+    def set_power_update_period_s(self, period_s: float) -> None:
+        """Use ``period_s`` as the power reading's update period instead of measuring it."""
+        if period_s <= 0:
+            raise ValueError("period_s must be > 0")
+        self._power_period_s = period_s
 
     # telemetry and provenance -----------------------------------------------------------------
 
@@ -298,7 +356,9 @@ class Device(abc.ABC):
             "cudnn_version": cudnn,
             "torch_threads": torch.get_num_threads(),
             "power_field_scope": self.power_scope(),
+            "energy_scope": self.energy_scope(),
             "counter_update_period_s": self._update_period_s,
+            "power_update_period_s": self._power_period_s,
             "energy_unavailable_reason": self.energy_unavailable_reason(),
             "power_unavailable_reason": self.power_unavailable_reason(),
         }

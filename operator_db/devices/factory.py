@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 from operator_db.config import Settings, get_settings
 from operator_db.devices.base import Device
 from operator_db.devices.cpu import CpuDevice
+from operator_db.devices.cuda import cuda_unavailable_reason
 from operator_db.devices.fake import FAKE_OPERATIONS, FakeDevice
 from operator_db.devices.nvidia import NvidiaDevice
 from operator_db.devices.nvml import nvml_available
 from operator_db.errors import ConfigurationError, DeviceError, OperatorDBError
+
+logger = logging.getLogger(__name__)
 
 _SPEC = re.compile(r"(?P<backend>auto|cpu|fake|nvidia|cuda|gpu)(?::(?P<index>\d+))?")
 
@@ -68,12 +72,15 @@ def open_device(
 ) -> Device:
     """Open the device ``spec`` names (default: the ``device`` setting).
 
-    ``auto`` opens NVIDIA GPU ``index`` when NVML works and sees a GPU, else the CPU. ``index`` is
-    used when the spec has none. Close the device (or use it as a context manager) when done.
+    ``nvidia:N`` (``cuda:N``, ``gpu:N``) is torch's ``cuda:N``, as numbered under
+    ``CUDA_VISIBLE_DEVICES``. ``auto`` opens it when torch has CUDA and NVML works and sees a GPU,
+    else the CPU (logging why where NVML sees a GPU that torch cannot use). ``index`` is used when
+    the spec has none. Close the device (or use it as a context manager) when done.
 
     Raises:
         ConfigurationError: unknown spec or fake settings.
-        DeviceUnsupportedError: ``NVML unavailable: <reason>`` for nvidia on a host without it.
+        DeviceUnsupportedError: nvidia where torch has no CUDA (a CPU-only build, ...), or
+            ``NVML unavailable: <reason>``.
         DeviceError: the device could not be opened.
     """
     if spec is None:
@@ -82,8 +89,15 @@ def open_device(
     backend, spec_index = parse_device_spec(spec)
     gpu_index = index if spec_index is None else spec_index
     if backend == "auto":
-        ok, _ = nvml_available()
-        return NvidiaDevice(gpu_index) if ok else CpuDevice()
+        ok, nvml_says = nvml_available()
+        cuda_reason = cuda_unavailable_reason()
+        if ok and cuda_reason is None:
+            return NvidiaDevice(gpu_index)
+        if ok:
+            logger.warning(
+                "device auto: NVML sees %s, but %s; using the CPU", nvml_says, cuda_reason
+            )
+        return CpuDevice()
     if backend == "cpu":
         return CpuDevice()
     if backend == "nvidia":

@@ -51,6 +51,7 @@ class FakeDevice(Device):
         has_power: bool = True,
         clock_event_reasons: int = 0,
         temperature_c: float = 40.0,
+        violation_us: Mapping[str, int] | None = None,
         refuse_open: bool | OperatorDBError = False,
         fail_on: Mapping[str, OperatorDBError] | None = None,
         clock: Clock = time.perf_counter_ns,
@@ -86,6 +87,7 @@ class FakeDevice(Device):
         self.has_power = has_power
         self.clock_event_reasons = clock_event_reasons
         self.temperature_c = temperature_c
+        self.violation_us: dict[str, int] = dict(violation_us or {})
         self._period_ns = round(update_period_s * 1e9)
         self._t0_ns = clock()
         self._segments: list[tuple[int, float]] = [(self._t0_ns, float(power_mw))]
@@ -207,12 +209,19 @@ class FakeDevice(Device):
         """Return ``"fake"`` when the device has power readings."""
         return "fake" if self.has_power else None
 
-    def _update_probe(self) -> Callable[[], object] | None:
-        if self.has_energy_counter:
-            return self.energy_mj
+    def energy_scope(self) -> str | None:
+        """Return ``"fake"`` when the device has an energy counter."""
+        return "fake" if self.has_energy_counter else None
+
+    def _power_probe(self) -> Callable[[], object] | None:
         if self.has_power:
             return lambda: sample.timestamp_us if (sample := self.power_mw()) else None
         return None
+
+    def _update_probe(self) -> Callable[[], object] | None:
+        if self.has_energy_counter:
+            return self.energy_mj
+        return self._power_probe()
 
     def telemetry(self) -> Telemetry:
         """Return fixed clocks (1980/2619 MHz), ``temperature_c``, 700 W and the set reasons.
@@ -229,6 +238,18 @@ class FakeDevice(Device):
             power_limit_w=700.0,
             clock_event_reasons=self.clock_event_reasons,
         )
+
+    def violation_counters_us(self) -> dict[str, int]:
+        """Return a copy of ``violation_us`` (µs; set it to simulate throttled time).
+
+        Keys as on NVIDIA GPUs, e.g. ``power_violation_us``, ``thermal_violation_us``,
+        ``power_reference_us``; {} unless set. Counted and failed as the ``telemetry`` operation.
+
+        Raises:
+            OperatorDBError: a failure set with ``fail_on`` or ``fail_next`` for ``telemetry``.
+        """
+        self._check("telemetry")
+        return dict(self.violation_us)
 
     def context_telemetry(self) -> dict[str, Any]:
         """Return a fixed, plausible snapshot."""

@@ -19,32 +19,33 @@ from operator_db.devices.base import (
     Sleep,
     Telemetry,
 )
-from operator_db.devices.nvml import as_text, import_pynvml, nvml_errors
-from operator_db.errors import (
-    DeviceError,
-    DeviceUnsupportedError,
-    OperatorDBError,
-    PermissionDeniedError,
+from operator_db.devices.cuda import cuda_uuid
+from operator_db.devices.nvml import (
+    gpu_gone,
+    import_pynvml,
+    nvml_code_error,
+    nvml_error_code,
+    nvml_errors,
 )
+from operator_db.devices.nvml_gpu import (
+    ARCH_AMPERE,
+    ARCH_UNKNOWN,
+    ARCH_VOLTA,
+    NvmlGpu,
+    architecture_name,
+)
+from operator_db.errors import DeviceError, DeviceUnsupportedError, OperatorDBError
 
 FIELD_POWER_INSTANT = 186
 """``NVML_FI_DEV_POWER_INSTANT``: instant power in mW, with its own timestamp."""
 
-ARCH_VOLTA = 5
-ARCH_AMPERE = 7
-ARCHITECTURES: dict[int, str] = {
-    2: "Kepler",
-    3: "Maxwell",
-    4: "Pascal",
-    5: "Volta",
-    6: "Turing",
-    7: "Ampere",
-    8: "Ada",
-    9: "Hopper",
-    10: "Blackwell",
-    13: "Rubin",
+_POWER_SCOPES: dict[str, tuple[str, int]] = {
+    "GPU": ("NVML_POWER_SCOPE_GPU", 0),
+    "MODULE": ("NVML_POWER_SCOPE_MODULE", 1),
 }
-ARCH_UNKNOWN = 0xFFFFFFFF
+_READ_FIELD = "read instant power (field 186)"
+_NVML_ERROR_INVALID_ARGUMENT = 2
+_NVML_ERROR_NOT_FOUND = 6
 
 # GA100 boards (A100, A30, A800): nvmlDeviceGetPowerUsage is still an instant reading there.
 _GA100_NAME = re.compile(r"\bA(100|30|800)\b")
@@ -66,12 +67,21 @@ def _wall_clock_us() -> int:
 
 
 class NvidiaDevice(Device):
-    """One NVIDIA GPU, by NVML index.
+    """One NVIDIA GPU: torch's ``cuda:index``, read through NVML by its UUID.
 
-    Energy: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ, Volta+). Power: field 186 with scope GPU,
-    else MODULE (Grace Hopper); ``nvmlDeviceGetPowerUsage`` only before Ampere and on GA100, where
-    it is an instant reading (elsewhere it is a 1 s average and is not used). Power timestamps are
-    NVML's host timestamps (µs since the epoch), so ``timestamp_us()`` reads the wall clock.
+    ``index`` is torch's (``cuda:N`` under ``CUDA_VISIBLE_DEVICES``): the device takes that GPU's
+    UUID from torch and opens NVML by it, so energy and time come from the same GPU. NVML's own
+    numbering (PCI order, all GPUs of the host) is never used to find it, except with
+    ``nvml_only=True``: then ``index`` is NVML's, torch is not asked, and the device has no torch
+    device (it reads energy, power and telemetry, but nothing can be measured on it; for
+    simulated hosts in tests and NVML-only tools).
+
+    Energy: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ, Volta+); it covers the whole module
+    (CPU, GPU and memory) where C2C mode is on (Grace Hopper), else the GPU (``energy_scope()``).
+    Power: field 186 in the counter's scope: GPU (else MODULE), or MODULE only with C2C mode on;
+    ``nvmlDeviceGetPowerUsage`` only before Ampere and on GA100, where it is an instant reading
+    (elsewhere it is a 1 s average and is not used). Power timestamps are NVML's host timestamps
+    (µs since the epoch), so ``timestamp_us()`` reads the wall clock.
     """
 
     device_type: ClassVar[DeviceType] = "gpu"
@@ -81,22 +91,28 @@ class NvidiaDevice(Device):
         index: int = 0,
         *,
         nvml: Any = None,
+        nvml_only: bool = False,
         clock: Clock = time.perf_counter_ns,
         sleep: Sleep = time.sleep,
         wall_clock_us: Callable[[], int] = _wall_clock_us,
     ) -> None:
-        """Open GPU ``index`` (NVML order); ``nvml`` replaces the ``pynvml`` module (tests).
+        """Open torch's ``cuda:index`` (NVML GPU ``index`` with ``nvml_only``).
+
+        ``nvml`` replaces the ``pynvml`` module (tests).
 
         Raises:
-            DeviceUnsupportedError: ``NVML unavailable: ...`` (not installed, no driver, ...).
-            DeviceError: no GPU at ``index``, or the GPU failed while being opened.
+            DeviceUnsupportedError: torch has no CUDA (a CPU-only build, ...; not asked with
+                ``nvml_only``), or ``NVML unavailable: ...`` (not installed, no driver, ...).
+            DeviceError: no ``cuda:index``; no NVML GPU with its UUID; the GPU failed while
+                being opened.
         """
         super().__init__(clock=clock, sleep=sleep)
         self.index = index
+        self.nvml_only = nvml_only
+        self._cuda_uuid = None if nvml_only else cuda_uuid(index)
         self._wall_clock_us = wall_clock_us
         self._nvml: Any = nvml if nvml is not None else import_pynvml()
         self._initialised = False
-        self._torch_index: int | None = None
         self._nvitop_device: Any = None
         self._field_scope = 0
         try:
@@ -115,121 +131,112 @@ class NvidiaDevice(Device):
 
     def _open(self) -> None:
         nv = self._nvml
-        with nvml_errors("count GPUs"):
-            count = int(nv.nvmlDeviceGetCount())
-        if not 0 <= self.index < count:
-            raise DeviceError(f"no NVIDIA GPU at index {self.index} ({count} found)")
-        with nvml_errors(f"open GPU {self.index}"):
-            self._handle = nv.nvmlDeviceGetHandleByIndex(self.index)
-        self._arch_code = self._optional("read the architecture", nv.nvmlDeviceGetArchitecture)
-        self._identity = self._read_identity()
+        if self._cuda_uuid is None:
+            with nvml_errors("count GPUs"):
+                count = int(nv.nvmlDeviceGetCount())
+            if not 0 <= self.index < count:
+                raise DeviceError(f"no NVIDIA GPU at NVML index {self.index} ({count} found)")
+            with nvml_errors(f"open GPU {self.index}"):
+                handle = nv.nvmlDeviceGetHandleByIndex(self.index)
+        else:
+            handle = self._open_by_uuid(self._cuda_uuid)
+        self._gpu = gpu = NvmlGpu(nv, handle)
+        self._handle = handle
+        self._arch_code = gpu.architecture()
+        self._c2c = gpu.c2c_mode()
+        nvml_index = self.index if self.nvml_only else None
+        if nvml_index is None:
+            nvml_index = gpu.optional("read the NVML index", nv.nvmlDeviceGetIndex)
+        self._identity = gpu.identity(
+            self._arch_code,
+            {
+                "cuda_index": None if self.nvml_only else self.index,
+                "nvml_index": nvml_index,
+                "c2c_mode": self._c2c,
+            },
+        )
+        if self._cuda_uuid is not None and not _same_uuid(
+            self._identity.device_id, self._cuda_uuid
+        ):
+            raise DeviceError(
+                f"NVML opened {self._identity.device_id} for torch's cuda:{self.index} "
+                f"({self._cuda_uuid}); refusing to read another GPU"
+            )
         self._energy_reason = self._probe_energy()
         self._power_scope, self._power_reason = self._probe_power()
 
-    def _optional(self, action: str, function: Callable[..., Any], *args: Any) -> Any:
-        """Call an NVML getter on this GPU; None where the GPU or driver does not support it."""
+    def _open_by_uuid(self, uuid: str) -> Any:
         try:
-            with nvml_errors(action):
-                return function(self._handle, *args)
-        except DeviceUnsupportedError:
-            return None
-
-    def _optional_system(self, action: str, function_name: str) -> str | None:
-        function = getattr(self._nvml, function_name, None)
-        if function is None:
-            return None
-        try:
-            with nvml_errors(action):
-                return as_text(function())
-        except DeviceUnsupportedError:
-            return None
-
-    def _read_identity(self) -> DeviceIdentity:
-        nv = self._nvml
-        with nvml_errors("read the GPU name"):
-            name = as_text(nv.nvmlDeviceGetName(self._handle))
-        with nvml_errors("read the GPU UUID"):
-            uuid = as_text(nv.nvmlDeviceGetUUID(self._handle))
-        memory = self._optional("read the memory size", nv.nvmlDeviceGetMemoryInfo)
-        capability = self._optional(
-            "read the compute capability", nv.nvmlDeviceGetCudaComputeCapability
-        )
-        pci = self._optional("read the PCI bus id", nv.nvmlDeviceGetPciInfo)
-        cuda_driver = None
-        get_cuda = getattr(nv, "nvmlSystemGetCudaDriverVersion", None)
-        if get_cuda is not None:
-            try:
-                with nvml_errors("read the CUDA driver version"):
-                    version = int(get_cuda())
-                cuda_driver = f"{version // 1000}.{version % 1000 // 10}"
-            except DeviceUnsupportedError:
-                pass
-        extra: dict[str, Any] = {
-            "index": self.index,
-            "architecture_code": self._arch_code,
-            "compute_capability": ".".join(str(v) for v in capability) if capability else None,
-            "pci_bus_id": as_text(pci.busId) if pci is not None else None,
-            "cuda_driver_version": cuda_driver,
-        }
-        return DeviceIdentity(
-            device_type="gpu",
-            name=name,
-            vendor="NVIDIA",
-            device_id=uuid,
-            architecture=self._arch_name(),
-            driver_version=self._optional_system(
-                "read the driver version", "nvmlSystemGetDriverVersion"
-            ),
-            nvml_version=self._optional_system("read the NVML version", "nvmlSystemGetNVMLVersion"),
-            memory_bytes=int(memory.total) if memory is not None else None,
-            extra=extra,
-        )
-
-    def _arch_name(self) -> str | None:
-        if self._arch_code is None or self._arch_code == ARCH_UNKNOWN:
-            return None
-        return ARCHITECTURES.get(self._arch_code, f"architecture {self._arch_code}")
+            with nvml_errors(f"open the GPU of cuda:{self.index} by its UUID"):
+                return self._nvml.nvmlDeviceGetHandleByUUID(uuid)
+        except DeviceError as exc:
+            if nvml_error_code(exc) not in (_NVML_ERROR_INVALID_ARGUMENT, _NVML_ERROR_NOT_FOUND):
+                raise
+            raise DeviceError(
+                f"no NVML GPU matches torch's cuda:{self.index} (UUID {uuid}); "
+                "energy is never read from another GPU"
+            ) from exc
 
     def _arch_known(self) -> bool:
         return self._arch_code is not None and self._arch_code != ARCH_UNKNOWN
 
     def _probe_energy(self) -> str | None:
-        """Return why the energy counter cannot be used, or None when it can."""
-        if self._arch_known() and self._arch_code < ARCH_VOLTA:
+        """Return why the energy counter cannot be used, or None when it can.
+
+        Raises:
+            DeviceError: the GPU is gone (``NVML_GPU_GONE``); other failures are a reason.
+        """
+        if self._arch_known() and self._arch_code is not None and self._arch_code < ARCH_VOLTA:
             return (
                 "energy unavailable: the NVML energy counter needs Volta or newer; "
-                f"this GPU is {self._arch_name()} (power integration is used instead)"
+                f"this GPU is {architecture_name(self._arch_code)} "
+                "(power integration is used instead)"
             )
         try:
             with nvml_errors("read the energy counter"):
                 self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
-        except (DeviceUnsupportedError, PermissionDeniedError) as exc:
+        except OperatorDBError as exc:
+            if gpu_gone(exc):
+                raise
             return f"energy unavailable: {exc}"
         return None
 
     def _probe_power(self) -> tuple[str | None, str | None]:
-        """Return (scope, None) for the first power source that works, else (None, reason)."""
+        """Return (scope, None) for the first power source that works, else (None, reason).
+
+        A source that fails (as a whole call or in its field's own return code) is dropped, with
+        why in the reason; only a failure saying the GPU is gone fails the open.
+        """
         nv = self._nvml
-        scopes = (("GPU", "NVML_POWER_SCOPE_GPU", 0), ("MODULE", "NVML_POWER_SCOPE_MODULE", 1))
         failures: list[str] = []
-        for label, constant, default in scopes:
+        labels: tuple[str, ...] = ("GPU", "MODULE")
+        if self._c2c:
+            labels = ("MODULE",)
+            failures.append(
+                "scope GPU: not used: C2C mode is on, so the energy counter covers the whole "
+                "module (CPU, GPU and memory)"
+            )
+        for label in labels:
+            constant, default = _POWER_SCOPES[label]
             scope = getattr(nv, constant, default)
-            try:
-                self._read_field_power(scope)
-            except (DeviceUnsupportedError, PermissionDeniedError) as exc:
-                failures.append(f"scope {label}: {exc}")
-                continue
-            self._field_scope = scope
-            return label, None
-        instant_power_usage = self._arch_known() and (
-            self._arch_code < ARCH_AMPERE or bool(_GA100_NAME.search(self._identity.name))
+            problem = self._field_problem(scope)
+            if problem is None:
+                self._field_scope = scope
+                return label, None
+            failures.append(f"scope {label}: {problem}")
+        instant_power_usage = (
+            self._arch_known()
+            and self._arch_code is not None
+            and (self._arch_code < ARCH_AMPERE or bool(_GA100_NAME.search(self._identity.name)))
         )
         if instant_power_usage:
             try:
                 with nvml_errors("read power usage"):
                     nv.nvmlDeviceGetPowerUsage(self._handle)
                 return "power_usage", None
-            except (DeviceUnsupportedError, PermissionDeniedError) as exc:
+            except OperatorDBError as exc:
+                if gpu_gone(exc):
+                    raise
                 failures.append(str(exc))
         else:
             failures.append("nvmlDeviceGetPowerUsage is a 1 s average on this GPU and is not used")
@@ -237,15 +244,35 @@ class NvidiaDevice(Device):
             failures
         )
 
+    def _field_problem(self, scope: int) -> str | None:
+        """Read field 186 with ``scope`` once; return why it cannot be used, or None.
+
+        Raises:
+            DeviceError: the GPU is gone.
+        """
+        try:
+            value = self._field_value(scope)
+        except OperatorDBError as exc:
+            if gpu_gone(exc):
+                raise
+            return str(exc)
+        if value.nvmlReturn != getattr(self._nvml, "NVML_SUCCESS", 0):
+            return str(nvml_code_error(int(value.nvmlReturn), _READ_FIELD))
+        return None
+
     # reading ----------------------------------------------------------------------------------
 
+    def _field_value(self, scope: int) -> Any:
+        with nvml_errors(_READ_FIELD):
+            values = self._nvml.nvmlDeviceGetFieldValues(
+                self._handle, [(FIELD_POWER_INSTANT, scope)]
+            )
+        return values[0]
+
     def _read_field_power(self, scope: int) -> PowerSample:
-        nv = self._nvml
-        with nvml_errors("read instant power (field 186)"):
-            values = nv.nvmlDeviceGetFieldValues(self._handle, [(FIELD_POWER_INSTANT, scope)])
-            value = values[0]
-            if value.nvmlReturn != getattr(nv, "NVML_SUCCESS", 0):
-                raise nv.NVMLError(value.nvmlReturn)
+        value = self._field_value(scope)
+        if value.nvmlReturn != getattr(self._nvml, "NVML_SUCCESS", 0):
+            raise nvml_code_error(int(value.nvmlReturn), _READ_FIELD)
         member = _VALUE_MEMBERS.get(int(value.valueType), "uiVal")
         return PowerSample(int(value.timestamp), float(getattr(value.value, member)))
 
@@ -254,24 +281,36 @@ class NvidiaDevice(Device):
         return self._identity
 
     def torch_device(self) -> torch.device:
-        """Return ``cuda:i`` for this GPU (matched to torch's numbering by UUID when possible)."""
-        return torch.device("cuda", self._cuda_index())
+        """Return torch's ``cuda:index`` and make it the current device (``activate()``).
 
-    def _cuda_index(self) -> int:
-        if self._torch_index is None:
-            self._torch_index = self.index
-            if torch.cuda.is_available():
-                wanted = self._identity.device_id.removeprefix("GPU-").lower()
-                for i in range(torch.cuda.device_count()):
-                    uuid = str(getattr(torch.cuda.get_device_properties(i), "uuid", ""))
-                    if uuid.removeprefix("GPU-").lower() == wanted:
-                        self._torch_index = i
-                        break
-        return self._torch_index
+        Measuring code asks for the torch device before it allocates or times anything, so CUDA
+        events, streams and graphs land on this GPU.
+
+        Raises:
+            DeviceUnsupportedError: the device was opened with ``nvml_only`` and has none.
+        """
+        self.activate()
+        return torch.device("cuda", self.index)
+
+    def activate(self) -> None:
+        """Call ``torch.cuda.set_device(index)``: this GPU becomes the current one.
+
+        CUDA's current device is per thread: this sets it for the calling thread, which is why
+        ``torch_device()`` calls it each time measuring code asks for the device.
+
+        Raises:
+            DeviceUnsupportedError: the device was opened with ``nvml_only`` (no torch device).
+        """
+        if self.nvml_only:
+            raise DeviceUnsupportedError(
+                f"NVIDIA GPU {self.index} was opened by NVML index only (nvml_only): "
+                "it has no torch device, so nothing can be measured on it"
+            )
+        torch.cuda.set_device(self.index)
 
     def synchronize(self) -> None:
-        """Wait for all CUDA work on this GPU (no-op where torch has no CUDA)."""
-        if torch.cuda.is_available():
+        """Wait for all CUDA work on this GPU (nothing to wait for with ``nvml_only``)."""
+        if not self.nvml_only:
             torch.cuda.synchronize(self.torch_device())
 
     @nvml_errors("read the energy counter")
@@ -288,6 +327,20 @@ class NvidiaDevice(Device):
     def energy_unavailable_reason(self) -> str | None:
         """Say why the energy counter is not used (pre-Volta, not supported, not permitted)."""
         return self._energy_reason
+
+    def energy_scope(self) -> str | None:
+        """Return what the counter covers: ``"MODULE"`` with C2C mode on, else ``"GPU"``.
+
+        On Grace Hopper (C2C mode on) the counter covers CPU, GPU and memory. None without a
+        counter.
+        """
+        if self._energy_reason is not None:
+            return None
+        return "MODULE" if self._c2c else "GPU"
+
+    def c2c_mode(self) -> bool | None:
+        """Return whether C2C mode is on (Grace Hopper); None where NVML cannot say."""
+        return self._c2c
 
     def power_mw(self) -> PowerSample | None:
         """Return instant power (mW) with NVML's timestamp (µs since the epoch).
@@ -315,41 +368,40 @@ class NvidiaDevice(Device):
         """Return the wall clock in µs: NVML stamps field values with host time since the epoch."""
         return self._wall_clock_us()
 
+    def _power_probe(self) -> Callable[[], object] | None:
+        if self._power_scope is None:
+            return None
+        # The value, not the timestamp: NVML may stamp every read, updated or not.
+        return lambda: sample.power_mw if (sample := self.power_mw()) else None
+
     def _update_probe(self) -> Callable[[], object] | None:
         if self._energy_reason is None:
             return self.energy_mj
-        if self._power_scope is not None:
-            # The value, not the timestamp: NVML may stamp every read, updated or not.
-            return lambda: sample.power_mw if (sample := self.power_mw()) else None
-        return None
+        return self._power_probe()
 
     def telemetry(self) -> Telemetry:
         """Return SM/memory clocks (MHz), temperature (°C), power limit (W), clock-event reasons.
 
+        The temperature comes from ``nvmlDeviceGetTemperatureV`` where the binding and driver
+        have it (else the deprecated ``nvmlDeviceGetTemperature``); the reasons from
+        ``nvmlDeviceGetCurrentClocksEventReasons``, else ``...ClocksThrottleReasons``.
+
         Raises:
             DeviceError: the GPU failed (GPU lost, ...); unsupported fields are None.
         """
-        nv = self._nvml
-        # nvidia-ml-py < 12.535 only has the older name.
-        reasons_fn = (
-            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        )
-        sm = self._optional("read the SM clock", nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM)
-        mem = self._optional("read the memory clock", nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM)
-        temp = self._optional(
-            "read the temperature", nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU
-        )
-        limit = self._optional("read the power limit", nv.nvmlDeviceGetEnforcedPowerLimit)
-        reasons = self._optional("read the clock-event reasons", reasons_fn)
-        return Telemetry(
-            timestamp_us=self.timestamp_us(),
-            sm_clock_mhz=None if sm is None else int(sm),
-            mem_clock_mhz=None if mem is None else int(mem),
-            temperature_c=None if temp is None else float(temp),
-            power_limit_w=None if limit is None else int(limit) / 1000,
-            clock_event_reasons=None if reasons is None else int(reasons),
-        )
+        return self._gpu.telemetry(self.timestamp_us())
+
+    def violation_counters_us(self) -> dict[str, int]:
+        """Return ``nvmlDeviceGetViolationStatus`` counters per policy, in µs; {} where none.
+
+        ``<policy>_violation_us``: cumulative time the clocks were held below target by the
+        policy (``power``, ``thermal``, ... see ``VIOLATION_POLICIES``); ``<policy>_reference_us``:
+        NVML's CPU timestamp of that reading. Unsupported policies are left out.
+
+        Raises:
+            DeviceError: the GPU failed (GPU lost, ...).
+        """
+        return self._gpu.violation_counters_us()
 
     def context_telemetry(self) -> dict[str, Any]:
         """Return utilization (%), memory (bytes) and GPU processes through nvitop; {} on failure.
@@ -359,8 +411,8 @@ class NvidiaDevice(Device):
         try:
             import nvitop
 
-            if self._nvitop_device is None:
-                self._nvitop_device = nvitop.Device(self.index)
+            if self._nvitop_device is None:  # by UUID: nvitop's index is NVML's, not torch's
+                self._nvitop_device = nvitop.Device(uuid=self._identity.device_id)
             dev = self._nvitop_device
             processes = [
                 {"pid": int(pid), "gpu_memory_bytes": _na(proc.gpu_memory())}
@@ -378,10 +430,13 @@ class NvidiaDevice(Device):
             return {}
 
     def provenance(self) -> dict[str, Any]:
-        """Return the common provenance plus GPU index, compute capability and CUDA driver."""
+        """Return the common provenance plus the CUDA and NVML indices, C2C mode, CUDA driver."""
         out = super().provenance()
-        out["gpu_index"] = self.index
-        out["cuda_driver_version"] = self._identity.extra.get("cuda_driver_version")
+        extra = self._identity.extra
+        out["cuda_index"] = extra.get("cuda_index")
+        out["nvml_index"] = extra.get("nvml_index")
+        out["c2c_mode"] = self._c2c
+        out["cuda_driver_version"] = extra.get("cuda_driver_version")
         return out
 
     def close(self) -> None:
@@ -391,6 +446,10 @@ class NvidiaDevice(Device):
             with contextlib.suppress(Exception):  # nothing useful to do if shutdown fails
                 self._nvml.nvmlShutdown()
         super().close()
+
+
+def _same_uuid(a: str, b: str) -> bool:
+    return a.strip().lower() == b.strip().lower()
 
 
 def _na(value: Any) -> Any:

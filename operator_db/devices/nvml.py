@@ -48,10 +48,42 @@ NVML_ERROR_TABLE: dict[int, tuple[str, type[OperatorDBError], str]] = {
     19: ("NVML_ERROR_IN_USE", DeviceError, "the GPU is in use"),
     20: ("NVML_ERROR_MEMORY", DeviceError, "insufficient memory"),
     21: ("NVML_ERROR_NO_DATA", DeviceError, "no data"),
+    25: (
+        "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+        DeviceUnsupportedError,
+        "the driver does not support this version of the call (driver too old)",
+    ),
+    26: (
+        "NVML_ERROR_DEPRECATED",
+        DeviceUnsupportedError,
+        "the driver no longer supports this call",
+    ),
     27: ("NVML_ERROR_NOT_READY", DeviceError, "not ready"),
     28: ("NVML_ERROR_GPU_NOT_FOUND", DeviceError, "GPU not found"),
     999: ("NVML_ERROR_UNKNOWN", DeviceError, "unknown NVML error"),
 }
+
+NVML_GPU_GONE: frozenset[int] = frozenset({9, 15, 16, 18, 28})
+"""Codes after which this GPU cannot be read at all: driver not loaded, GPU lost, reset required,
+library/driver mismatch, GPU not found. Any other failure loses only the reading that hit it."""
+
+
+def nvml_error_code(exc: BaseException) -> int | None:
+    """Return the NVML return code behind ``exc``, or None.
+
+    ``exc`` is an NVMLError, or a project error that ``nvml_errors`` translated from one.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if is_nvml_error(seen):
+            return int(seen.value)  # type: ignore[attr-defined]
+        seen = seen.__cause__
+    return None
+
+
+def gpu_gone(exc: BaseException) -> bool:
+    """Return whether ``exc`` says the GPU (or its driver) is gone, per ``NVML_GPU_GONE``."""
+    return nvml_error_code(exc) in NVML_GPU_GONE
 
 
 def is_nvml_error(exc: BaseException) -> bool:
@@ -67,8 +99,16 @@ def translate_nvml_error(exc: BaseException, action: str) -> OperatorDBError:
     The message is one line: ``NVML could not <action>: <meaning> (<NVML_ERROR_...>)``.
     """
     code: int = getattr(exc, "value", -1)
+    return nvml_code_error(code, action, detail=_safe_str(exc))
+
+
+def nvml_code_error(code: int, action: str, *, detail: str = "") -> OperatorDBError:
+    """Return the project error for NVML return ``code`` met while trying to ``action``.
+
+    For codes that come back without an exception, e.g. a field value's ``nvmlReturn``.
+    """
     name, cls, meaning = NVML_ERROR_TABLE.get(
-        code, (f"NVML error {code}", DeviceError, _safe_str(exc))
+        code, (f"NVML error {code}", DeviceError, detail or "unknown")
     )
     return cls(f"NVML could not {action}: {meaning} ({name})")
 

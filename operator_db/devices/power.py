@@ -75,21 +75,23 @@ def integrate_power_mj(
 class PowerSampler:
     """Poll ``device.power_mw()`` from a daemon thread; keep each distinct-timestamp sample.
 
-    The interval defaults to half the device's update period (measured on first use if needed),
-    within [5 ms, 100 ms]. An error in the thread stops sampling and is raised by ``stop()``.
+    The interval defaults to half the update period of the power reading itself
+    (``device.power_update_period_s()``, measured on first use; not the energy counter's, which
+    updates at its own rate), within [5 ms, 100 ms]. An error in the thread stops sampling and is
+    raised by ``stop()``.
     """
 
     def __init__(self, device: Device, *, interval_s: float | None = None) -> None:
         """Prepare sampling ``device``; nothing runs until ``start()``.
 
         Raises:
-            DeviceError: measuring the device's update period failed.
+            DeviceError: measuring the power reading's update period failed.
             ValueError: ``interval_s`` is below 5 ms.
         """
         if interval_s is None:
-            period = device.known_update_period_s()
+            period = device.known_power_update_period_s()
             if period is None and device.power_unavailable_reason() is None:
-                period = device.counter_update_period_s()
+                period = device.power_update_period_s()
             interval_s = sampling_interval_s(period)
         if interval_s < MIN_INTERVAL_S:
             raise ValueError(f"interval_s must be >= {MIN_INTERVAL_S} s (METHODOLOGY §1)")
@@ -277,7 +279,8 @@ class EnergyWindow:
         """Prepare a window on ``device``; ``sample_power=False`` reads the counter only.
 
         Raises:
-            DeviceError: measuring the update period (for the sampling interval) failed.
+            DeviceError: measuring the power reading's update period (for the sampling
+                interval) failed.
         """
         self.device = device
         use_power = sample_power and device.power_unavailable_reason() is None

@@ -1,4 +1,4 @@
-"""Fixtures for the device tests: a manual clock and a simulated NVML host."""
+"""Fixtures for the device tests: a manual clock, a simulated NVML host and torch.cuda on it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.devices.nvml_sim import SimHost, make_nvml
+from tests.devices.nvml_sim import SimCuda, SimHost, make_nvml
 
 
 class ManualClock:
@@ -40,3 +40,11 @@ def host() -> SimHost:
 @pytest.fixture
 def nvml(host: SimHost) -> Any:
     return make_nvml(host)
+
+
+@pytest.fixture
+def cuda(host: SimHost, monkeypatch: pytest.MonkeyPatch) -> SimCuda:
+    """torch.cuda seeing every GPU of ``host`` in NVML order (set ``visible`` to hide some)."""
+    sim = SimCuda(host)
+    sim.install(monkeypatch)
+    return sim

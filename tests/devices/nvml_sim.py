@@ -2,7 +2,10 @@
 
 Only the functions the adapter is meant to use exist on the stand-in, each with the real
 function's signature (``create_autospec``), so a wrong call or an unexpected function fails.
-Constants, ``NVMLError`` and its subclasses, and ``c_nvmlFieldValue_t`` are the real ones.
+Constants, ``NVMLError`` and its subclasses, and the result structs are the real ones.
+
+``SimCuda`` is torch.cuda as a process on the simulated host sees it: only the GPUs that
+``CUDA_VISIBLE_DEVICES`` leaves, renumbered from 0 in its order.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 from unittest import mock
 
 import pynvml as real
+import pytest
+import torch
 
 GIB = 1024**3
 
@@ -26,8 +31,11 @@ class SimGpu:
     energy_mj: int = 5_000_000
     energy_fn: Callable[[], int] | None = None  # overrides energy_mj when set
     power_mw: int = 250_000
+    power_fn: Callable[[], int] | None = None  # overrides power_mw when set
     power_timestamp_us: int = 1_700_000_000_000_000
     field_scopes: set[int] = field(default_factory=lambda: {real.NVML_POWER_SCOPE_GPU})
+    field_returns: dict[int, int] = field(default_factory=dict)  # scope -> per-field nvmlReturn
+    c2c_enabled: bool | None = None  # None: the driver answers NOT_SUPPORTED
     power_usage_mw: int = 240_000
     memory_total: int = 80 * GIB
     compute_capability: tuple[int, int] = (9, 0)
@@ -36,6 +44,8 @@ class SimGpu:
     temperature_c: int = 41
     power_limit_mw: int = 700_000
     clock_event_reasons: int = 0
+    # nvmlPerfPolicyType_t -> (referenceTime µs, violationTime ns); others are NOT_SUPPORTED
+    violations: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,9 +64,11 @@ def _field_values(gpu: SimGpu, ids: list[Any]) -> Any:
         slot.scopeId = scope
         slot.timestamp = gpu.power_timestamp_us
         slot.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
-        if field_id == real.NVML_FI_DEV_POWER_INSTANT and scope in gpu.field_scopes:
+        if scope in gpu.field_returns:
+            slot.nvmlReturn = gpu.field_returns[scope]
+        elif field_id == real.NVML_FI_DEV_POWER_INSTANT and scope in gpu.field_scopes:
             slot.nvmlReturn = real.NVML_SUCCESS
-            slot.value.uiVal = gpu.power_mw
+            slot.value.uiVal = gpu.power_fn() if gpu.power_fn is not None else gpu.power_mw
         else:
             slot.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
     return values
@@ -66,11 +78,38 @@ def _energy(gpu: SimGpu) -> int:
     return gpu.energy_fn() if gpu.energy_fn is not None else gpu.energy_mj
 
 
+def _by_uuid(host: SimHost, uuid: str) -> SimGpu:
+    for gpu in host.gpus:
+        if gpu.uuid == uuid:
+            return gpu
+    raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+
+
+def _index(host: SimHost, gpu: SimGpu) -> int:
+    return next(i for i, g in enumerate(host.gpus) if g is gpu)
+
+
+def _c2c(gpu: SimGpu) -> Any:
+    if gpu.c2c_enabled is None:
+        raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+    return real.c_nvmlC2cModeInfo_v1_t(isC2cEnabled=int(gpu.c2c_enabled))
+
+
+def _violation(gpu: SimGpu, policy: int) -> Any:
+    if policy not in gpu.violations:
+        raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+    reference_us, violation_ns = gpu.violations[policy]
+    return real.c_nvmlViolationTime_t(referenceTime=reference_us, violationTime=violation_ns)
+
+
 IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
     "nvmlInit": lambda host: None,
     "nvmlShutdown": lambda host: None,
     "nvmlDeviceGetCount": lambda host: len(host.gpus),
     "nvmlDeviceGetHandleByIndex": lambda host, index: host.gpus[index],
+    "nvmlDeviceGetHandleByUUID": _by_uuid,
+    "nvmlDeviceGetIndex": _index,
+    "nvmlDeviceGetC2cModeInfoV": lambda host, gpu: _c2c(gpu),
     "nvmlSystemGetDriverVersion": lambda host: host.driver_version,
     "nvmlSystemGetNVMLVersion": lambda host: host.nvml_version,
     "nvmlSystemGetCudaDriverVersion": lambda host: host.cuda_driver_version,
@@ -90,8 +129,11 @@ IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
         real.NVML_CLOCK_MEM: gpu.mem_clock_mhz,
     }[kind],
     "nvmlDeviceGetTemperature": lambda host, gpu, sensor: gpu.temperature_c,
+    "nvmlDeviceGetTemperatureV": lambda host, gpu, sensor, version=None: gpu.temperature_c,
     "nvmlDeviceGetEnforcedPowerLimit": lambda host, gpu: gpu.power_limit_mw,
     "nvmlDeviceGetCurrentClocksEventReasons": lambda host, gpu: gpu.clock_event_reasons,
+    "nvmlDeviceGetCurrentClocksThrottleReasons": lambda host, gpu: gpu.clock_event_reasons,
+    "nvmlDeviceGetViolationStatus": lambda host, gpu, policy: _violation(gpu, policy),
 }
 
 
@@ -119,3 +161,65 @@ def make_nvml(host: SimHost) -> Any:
             mock.create_autospec(getattr(real, name), side_effect=bind(name, impl)),
         )
     return module
+
+
+class _SimUuid:
+    """Like torch's ``_CUuuid``: not a str; its text is the UUID without NVML's ``GPU-``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class SimCuda:
+    """torch.cuda on ``host``: ``visible`` lists NVML indices in CUDA order (CUDA_VISIBLE_DEVICES).
+
+    ``visible=None`` shows every GPU in NVML order; ``available=False`` is a torch without CUDA.
+    Records ``set_device`` and ``synchronize`` calls.
+    """
+
+    host: SimHost
+    visible: list[int] | None = None
+    available: bool = True
+    current: int = 0
+    set_device_calls: list[int] = field(default_factory=list)
+    synchronized: list[Any] = field(default_factory=list)
+
+    def gpus(self) -> list[SimGpu]:
+        indices = self.visible if self.visible is not None else range(len(self.host.gpus))
+        return [self.host.gpus[i] for i in indices]
+
+    def is_available(self) -> bool:
+        return self.available and bool(self.gpus())
+
+    def device_count(self) -> int:
+        return len(self.gpus()) if self.available else 0
+
+    def get_device_properties(self, device: int | torch.device) -> Any:
+        index = device if isinstance(device, int) else device.index
+        assert index is not None and 0 <= index < self.device_count(), "Invalid device id"
+        gpu = self.gpus()[index]
+        return types.SimpleNamespace(name=gpu.name, uuid=_SimUuid(gpu.uuid.removeprefix("GPU-")))
+
+    def set_device(self, device: int | torch.device) -> None:
+        index = device if isinstance(device, int) else device.index
+        assert index is not None and 0 <= index < self.device_count(), "Invalid device id"
+        self.set_device_calls.append(index)
+        self.current = index
+
+    def synchronize(self, device: Any = None) -> None:
+        self.synchronized.append(device)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Replace torch.cuda's functions the device path calls with this simulation."""
+        for name in (
+            "is_available",
+            "device_count",
+            "get_device_properties",
+            "set_device",
+            "synchronize",
+        ):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))

@@ -24,7 +24,10 @@ from operator_db.errors import (
     PermissionDeniedError,
 )
 from tests.devices.conftest import ManualClock
-from tests.devices.nvml_sim import GIB, SimGpu, SimHost, make_nvml
+from tests.devices.nvml_sim import GIB, SimCuda, SimGpu, SimHost, make_nvml
+
+# torch.cuda is simulated on the simulated host (every GPU visible) unless a test says otherwise.
+pytestmark = pytest.mark.usefixtures("cuda")
 
 GPU_SCOPE = real.NVML_POWER_SCOPE_GPU
 MODULE_SCOPE = real.NVML_POWER_SCOPE_MODULE
@@ -135,10 +138,17 @@ def test_open_with_library_missing_raises_a_clear_reason(host: SimHost, nvml: An
     assert str(info.value) == LIB_MISSING_REASON
 
 
-def test_open_bad_index_closes_nvml(nvml: Any) -> None:
+def test_open_bad_cuda_index_is_refused_before_nvml(nvml: Any) -> None:
     with pytest.raises(DeviceError) as info:
         NvidiaDevice(3, nvml=nvml)
-    assert str(info.value) == "no NVIDIA GPU at index 3 (1 found)"
+    assert str(info.value) == "no CUDA device cuda:3 (torch sees 1 GPU(s))"
+    assert nvml.nvmlInit.call_count == 0
+
+
+def test_open_bad_nvml_index_closes_nvml(nvml: Any) -> None:
+    with pytest.raises(DeviceError) as info:
+        NvidiaDevice(3, nvml=nvml, nvml_only=True)
+    assert str(info.value) == "no NVIDIA GPU at NVML index 3 (1 found)"
     assert nvml.nvmlShutdown.call_count == 1
 
 
@@ -166,7 +176,9 @@ def test_identity(nvml: Any) -> None:
         assert ident.nvml_version == "12.550.54.15"
         assert ident.memory_bytes == 80 * GIB
         assert ident.extra == {
-            "index": 0,
+            "cuda_index": 0,
+            "nvml_index": 0,
+            "c2c_mode": None,
             "architecture_code": real.NVML_DEVICE_ARCH_HOPPER,
             "compute_capability": "9.0",
             "pci_bus_id": "00000000:18:00.0",
@@ -195,11 +207,15 @@ def test_close_is_idempotent(nvml: Any) -> None:
     assert nvml.nvmlShutdown.call_count == 1
 
 
-def test_torch_device_and_synchronize_without_cuda(nvml: Any) -> None:
+def test_torch_device_makes_the_gpu_current(nvml: Any, cuda: SimCuda) -> None:
     with NvidiaDevice(0, nvml=nvml) as gpu:
+        assert cuda.set_device_calls == []  # opening alone changes nothing
         assert gpu.torch_device() == torch.device("cuda", 0)
-        if not torch.cuda.is_available():
-            gpu.synchronize()  # a no-op where torch has no CUDA
+        assert cuda.set_device_calls == [0]
+        gpu.synchronize()
+        assert cuda.synchronized == [torch.device("cuda", 0)]
+        gpu.activate()
+        assert cuda.set_device_calls == [0, 0, 0]
 
 
 # --- energy counter ------------------------------------------------------------------------------
@@ -431,8 +447,13 @@ def test_telemetry_power_cap_alone_is_not_throttling(host: SimHost, nvml: Any) -
 
 
 def test_telemetry_unsupported_fields_are_none(host: SimHost, nvml: Any) -> None:
-    host.fail["nvmlDeviceGetTemperature"] = real.NVML_ERROR_NOT_SUPPORTED
-    host.fail["nvmlDeviceGetCurrentClocksEventReasons"] = real.NVML_ERROR_NOT_SUPPORTED
+    for name in (
+        "nvmlDeviceGetTemperatureV",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+    ):
+        host.fail[name] = real.NVML_ERROR_NOT_SUPPORTED
     with NvidiaDevice(0, nvml=nvml) as gpu:
         t = gpu.telemetry()
     assert t.temperature_c is None
@@ -444,19 +465,21 @@ def test_telemetry_unsupported_fields_are_none(host: SimHost, nvml: Any) -> None
 
 def test_telemetry_with_older_binding_name(host: SimHost) -> None:
     nvml = make_nvml(host)
-    nvml.nvmlDeviceGetCurrentClocksThrottleReasons = nvml.nvmlDeviceGetCurrentClocksEventReasons
     del nvml.nvmlDeviceGetCurrentClocksEventReasons
     host.gpus[0].clock_event_reasons = 0x8
     with NvidiaDevice(0, nvml=nvml) as gpu:
         assert gpu.telemetry().clock_event_flags == ("hw_slowdown",)
+    assert nvml.nvmlDeviceGetCurrentClocksThrottleReasons.call_count == 1
 
 
 # --- context telemetry (nvitop) ------------------------------------------------------------------
 
 
 class _FakeNvitopDevice:
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self, index: int | None = None, *, uuid: str | None = None) -> None:
+        assert index is None, "nvitop's index is NVML's: the device must be found by UUID"
+        assert uuid == "GPU-01234567-89ab-cdef-0123-456789abcdef"
+        self.uuid = uuid
 
     def gpu_utilization(self) -> int:
         return 87
@@ -514,7 +537,10 @@ def test_provenance(nvml: Any) -> None:
     assert prov["torch_version"] == torch.__version__
     assert prov["power_field_scope"] == "GPU"
     assert prov["counter_update_period_s"] == 0.1
-    assert prov["gpu_index"] == 0
+    assert prov["cuda_index"] == 0
+    assert prov["nvml_index"] == 0
+    assert prov["energy_scope"] == "GPU"
+    assert prov["c2c_mode"] is None
     assert prov["energy_unavailable_reason"] is None
     assert isinstance(prov["host"], str)
 

@@ -81,11 +81,14 @@ def test_sample_once_keeps_new_timestamps_only(clock: ManualClock) -> None:
     assert fake.calls["power"] == 4
 
 
-def test_sampler_interval_from_the_update_period(clock: ManualClock) -> None:
+def test_sampler_interval_from_the_power_update_period(clock: ManualClock) -> None:
     fake = FakeDevice(clock=clock, sleep=clock.sleep, update_period_s=0.02)
     assert PowerSampler(fake).interval_s == 0.01  # measured: 20 ms, halved
-    assert fake.known_update_period_s() == 0.02
+    assert fake.known_power_update_period_s() == 0.02
+    assert fake.known_update_period_s() is None  # the counter's period is not asked
     fake.set_counter_update_period_s(0.3)
+    assert PowerSampler(fake).interval_s == 0.01  # still the power reading's
+    fake.set_power_update_period_s(0.3)
     assert PowerSampler(fake).interval_s == 0.1  # capped
     with pytest.raises(ValueError, match=r"interval_s must be >= 0.005 s"):
         PowerSampler(fake, interval_s=0.004)
