@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from operator_db.devices.base import Clock, Device, Sleep, Telemetry
@@ -39,6 +39,9 @@ class EnergyTrial:
     clock_event_reasons: int | None = None
     telemetry_reads: int = 0
     """How many telemetry reads ``clock_event_reasons`` combines."""
+    violation_us: dict[str, int] = field(default_factory=dict)
+    """Time the clocks were held below target over the window, per policy (``power``,
+    ``thermal``, ...), in µs: the difference of the device's violation counters."""
 
     @property
     def time_per_call_s(self) -> float:
@@ -117,6 +120,7 @@ def energy_trial(
     length_s = energy_window_s(device, settings)
     before, mask = _telemetry(device)
     masks = [mask]
+    counters = _violations(device)
     with EnergyWindow(device) as window:
         start = clock()
         for _ in range(settings.energy_window_min_calls):
@@ -129,6 +133,7 @@ def energy_trial(
             masks.append(_telemetry(device)[1])
     after, mask = _telemetry(device)
     masks.append(mask)
+    violation = _violation_deltas(counters, _violations(device))
     assert window.result is not None
     seen = [m for m in masks if m is not None]
     reasons = None
@@ -144,11 +149,29 @@ def energy_trial(
         window.result,
         before,
         after,
-        state.throttled,
-        state.power_capped,
+        state.throttled or violation.get("thermal", 0) > 0,
+        state.power_capped or violation.get("power", 0) > 0,
         clock_event_reasons=reasons,
         telemetry_reads=len(seen),
+        violation_us=violation,
     )
+
+
+def _violations(device: Device) -> dict[str, int]:
+    """Read the device's violation counters (µs); {} where it has none or the read failed."""
+    try:
+        return device.violation_counters_us()
+    except DeviceError:
+        return {}
+
+
+def _violation_deltas(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Return the violation time per policy between two reads, in µs (``*_violation_us`` keys)."""
+    return {
+        key.removesuffix("_violation_us"): after[key] - before[key]
+        for key in after
+        if key.endswith("_violation_us") and key in before
+    }
 
 
 def energy_trials(

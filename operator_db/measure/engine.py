@@ -125,6 +125,7 @@ class MeasureResult:
                     "time_per_call_s": t.time_per_call_s,
                     "clock_event_reasons": t.clock_event_reasons,
                     "telemetry_reads": t.telemetry_reads,
+                    "violation_us": t.violation_us,
                     "window": t.window.as_dict(),
                     "telemetry_start": t.telemetry_start,
                     "telemetry_end": t.telemetry_end,

@@ -375,3 +375,23 @@ def test_min_time_is_reached_on_the_clock_not_on_the_warm_up_estimate() -> None:
     result = measure(run, device, settings, min_time_s=0.1, clock=clock, sleep=clock.sleep)
     assert sum(result.eager.block_s) == pytest.approx(0.1)
     assert len(result.eager.block_s) == 100
+
+
+def test_violation_time_over_the_window_is_kept_and_flags_the_trial() -> None:
+    """The device's violation counters are read around each window; thermal time flags it."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    device.violation_us = {"thermal_violation_us": 0, "power_violation_us": 5}
+
+    def run() -> None:
+        device.violation_us["thermal_violation_us"] += 100  # 0.1 ms held back per 1 ms call
+        clock.sleep(1e-3)
+
+    result = measure(
+        run, device, fast_settings(energy_window_s=0.1, trials=1), clock=clock, sleep=clock.sleep
+    )
+    [trial] = result.trials
+    assert trial.violation_us["power"] == 0 and trial.violation_us["thermal"] >= 100 * 100
+    assert trial.throttled and not trial.power_capped
+    assert result.raw()["trials"][0]["violation_us"] == trial.violation_us
+    assert result.flags == ("throttled",)
