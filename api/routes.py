@@ -99,11 +99,20 @@ def get_estimate(
     device_kind: str,
     timing: Literal["eager", "graph"] = "eager",
     energy: Literal["total", "dynamic"] = "total",
+    cache_mode: Literal["warm", "cold"] = "warm",
 ) -> EstimateOut:
     """Compose the model's time and energy on a device kind from its measured operators."""
     model = queries.get_model(session, name)
     peaks = best_peaks(peaks_for_kind(session, device_kind), model.dtype)
-    est = estimate_model(session, name, device_kind, timing=timing, energy=energy, peaks=peaks)
+    est = estimate_model(
+        session,
+        name,
+        device_kind,
+        timing=timing,
+        energy=energy,
+        peaks=peaks,
+        cache_mode=cache_mode,
+    )
     return EstimateOut(
         **est.summary(),
         by_op=json.loads(est.by_op.to_json(orient="records")),

@@ -79,6 +79,7 @@ class EstimateOut(BaseModel):
     mode: str
     timing: str
     energy: str
+    cache_mode: str = Field(description="warm or cold: which results are composed.")
     time_s: float
     between_ops_s: float | None
     host_time_s: float | None = Field(

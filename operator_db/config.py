@@ -149,8 +149,18 @@ class MeasureSettings(BaseModel):
         description="torch.use_deterministic_algorithms: deterministic kernels only (errors for "
         "ops that have none).",
     )
-    cache_mode: Literal["warm"] = Field(
-        default="warm", description="Inputs allocated once and reused (METHODOLOGY §3)."
+    cache_mode: Literal["warm", "cold"] = Field(
+        default="warm",
+        description="warm: inputs allocated once and reused, caches as the last call left them "
+        "(METHODOLOGY §3). cold: the device's caches are flushed before every timed call (a "
+        "buffer larger than the last-level cache is written, outside the timed span), as "
+        "Triton's do_bench does; no energy is measured then (the flushes would be counted).",
+    )
+    cold_flush_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="Cold mode: bytes written to flush the caches. None: 256 MiB on a GPU "
+        "(Triton's choice; an H100 has 50 MB of L2), twice the last-level cache on a CPU.",
     )
     seed: int = Field(default=0, description="Seed of inputs and of the random trial gaps.")
     retain_freed_memory: bool = Field(

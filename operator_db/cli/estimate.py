@@ -88,7 +88,8 @@ def _print_estimate(est: Estimate, top: int) -> None:
         head.add_row("roofline bound", f"{_ms(est.roofline_time_s)} ms ({est.peaks.source})")
     head.add_row(
         "timing used",
-        f"{est.timing} (CUDA graph where measured)" if est.timing == "graph" else "eager",
+        (f"{est.timing} (CUDA graph where measured)" if est.timing == "graph" else "eager")
+        + f", {est.cache_mode} caches",
     )
     console.print(head)
     ops = Table(
@@ -149,6 +150,13 @@ def estimate(
         str,
         typer.Option(help="latest (newest result per configuration), or median of all stored."),
     ] = "latest",
+    cache: Annotated[
+        str,
+        typer.Option(
+            help="warm (inputs reused, the default measurement) or cold (caches flushed before "
+            "every call: results of OPDB_MEASURE__CACHE_MODE=cold)."
+        ),
+    ] = "warm",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the per-configuration CSV.")] = False,
     top: Annotated[int, typer.Option(help="Configurations listed in the table.")] = 15,
@@ -159,9 +167,11 @@ def estimate(
         timing not in ("eager", "graph")
         or energy not in ("total", "dynamic")
         or aggregate not in ("latest", "median")
+        or cache not in ("warm", "cold")
     ):
         raise typer.BadParameter(
-            "--timing is eager or graph; --energy total or dynamic; --aggregate latest or median"
+            "--timing is eager or graph; --energy total or dynamic; --aggregate latest or "
+            "median; --cache warm or cold"
         )
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kind = pick_kind(session, model, device_kind)
@@ -175,6 +185,7 @@ def estimate(
             energy="dynamic" if energy == "dynamic" else "total",
             peaks=peaks,
             aggregate="median" if aggregate == "median" else "latest",
+            cache_mode="cold" if cache == "cold" else "warm",
         )
     if as_json:
         payload: dict[str, Any] = {

@@ -21,6 +21,7 @@ from operator_db.db.queries import Aggregate, Figure
 from operator_db.estimate.roofline import Peaks
 
 TimingChoice = Literal["eager", "graph"]
+CacheChoice = Literal["warm", "cold"]
 AggregateChoice = Aggregate
 EnergyChoice = Literal["total", "dynamic"]
 
@@ -78,6 +79,8 @@ class Estimate:
     """Time the model spends outside its recorded operators, in s: its hollow run (every recorded
     module returns its recorded output) minus Σ count × per-call time of its functional operators
     (which the hollow run still runs). None where no hollow run or functional time is known."""
+    cache_mode: CacheChoice = "warm"
+    """Which results it composes: measured with warm caches (inputs reused) or cold ones."""
     adds_between: bool = False
     """Whether ``total_time_s`` adds ``between_ops_s``: on a synchronous device (a CPU), where the
     host's work between operators is on the critical path; on a GPU it overlaps the kernels."""
@@ -147,6 +150,7 @@ class Estimate:
             "mode": self.mode,
             "timing": self.timing,
             "energy": self.energy,
+            "cache_mode": self.cache_mode,
             "time_s": self.time_s,
             "between_ops_s": self.between_ops_s,
             "host_time_s": self.host_time_s,
@@ -183,6 +187,7 @@ def estimate_model(
     energy: EnergyChoice = "total",
     peaks: Peaks | None = None,
     aggregate: AggregateChoice = "latest",
+    cache_mode: CacheChoice = "warm",
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
@@ -191,6 +196,8 @@ def estimate_model(
     burst of machine noise during one job does not decide the figure.
     ``timing="graph"`` uses the CUDA-graph time of a configuration where one was measured (fast
     ops) and the eager time elsewhere. ``energy="dynamic"`` subtracts idle power.
+    ``cache_mode="cold"`` composes the results measured with the caches flushed before every call
+    (``OPDB_MEASURE__CACHE_MODE=cold``; time only) instead of the warm ones.
 
     Raises:
         NotFoundError: unknown model or device kind.
@@ -199,9 +206,15 @@ def estimate_model(
     kind = queries.get_device_kind(session, device_kind)
     links = queries.model_configs(session, model.id)
     measured = queries.config_figures(
-        session, [mc.config.id for mc in links], [kind.id], aggregate=aggregate
+        session,
+        [mc.config.id for mc in links],
+        [kind.id],
+        aggregate=aggregate,
+        cache_mode=cache_mode,
     )
-    runs = queries.model_figures(session, [model.id], [kind.id], aggregate=aggregate)
+    runs = queries.model_figures(
+        session, [model.id], [kind.id], aggregate=aggregate, cache_mode=cache_mode
+    )
     records = []
     for link in links:
         cfg = link.config
@@ -275,6 +288,8 @@ def estimate_model(
         (model.id, kind.id, "eager")
     )
     notes = []
+    if cache_mode == "cold":
+        notes.append("cold caches: results measured with the caches flushed before every call")
     unmeasured = list(measurable.loc[~measurable["measured"], "key"])
     if unmeasured:
         notes.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
@@ -323,6 +338,7 @@ def estimate_model(
         between_ops_s=between,
         adds_between=adds_between,
         host_time_s=host,
+        cache_mode=cache_mode,
     )
 
 

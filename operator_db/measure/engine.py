@@ -35,6 +35,7 @@ from operator_db.measure.timing import (
     BlockTimer,
     Call,
     Timing,
+    cache_flush,
     flagged,
     interleaved_calls,
     time_blocks,
@@ -166,7 +167,7 @@ def measure(
         MeasurementError: the call failed, or produced no usable timing.
         DeviceError: the device failed while reading energy.
     """
-    timer = BlockTimer(device, clock)
+    timer = _timer(device, settings, clock)
     rng = random.Random(settings.seed)
     per_call = warm_up_for(run, timer, settings)
     eager = time_blocks(run, timer, settings, per_call, min_time_s)
@@ -222,7 +223,7 @@ def measure_interleaved(
         raise ValueError("interleaved targets need distinct names")
     if not targets:
         return []
-    timer = BlockTimer(device, clock)
+    timer = _timer(device, settings, clock)
     rng = random.Random(settings.seed)
     per_call = [warm_up_for(t.run, timer, settings) for t in targets]
     calls = [
@@ -302,9 +303,21 @@ def _interleaved_trials(
     return trials
 
 
+def _timer(device: Device, settings: MeasureSettings, clock: Clock) -> BlockTimer:
+    """Return the block timer of ``settings``' cache mode: cold flushes before every call."""
+    cold = settings.cache_mode == "cold"
+    return BlockTimer(
+        device, clock, flush=cache_flush(device, settings.cold_flush_bytes) if cold else None
+    )
+
+
 def _energy_reason(device: Device, settings: MeasureSettings) -> str | None:
-    """Return why no energy is measured (disabled, or the device has none), or None."""
-    return energy_unavailable(device) if settings.energy else "energy measurement disabled"
+    """Return why no energy is measured (disabled, cold mode, no source), or None."""
+    if not settings.energy:
+        return "energy measurement disabled"
+    if settings.cache_mode == "cold":
+        return "energy not measured in cold mode: the cache flushes between calls would count"
+    return energy_unavailable(device)
 
 
 def _graph_timing(
@@ -312,8 +325,8 @@ def _graph_timing(
 ) -> Timing | str | None:
     """Time a fast GPU op as a CUDA graph: its timing, the capture error's message, or None."""
     per_call = eager.summary.median
-    if not (timer.cuda and per_call < settings.cuda_graph_below_s):
-        return None
+    if not (timer.cuda and per_call < settings.cuda_graph_below_s) or timer.flush is not None:
+        return None  # a graph replays its calls back to back: no flush between them
     try:
         return time_cuda_graph(run, settings, per_call, timer.stream)
     except MeasurementError as exc:

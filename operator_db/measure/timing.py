@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -68,9 +69,11 @@ class BlockTimer:
     the calls are launched on (the device is made current while it is open for measuring).
     """
 
-    def __init__(self, device: Device, clock: Clock) -> None:
+    def __init__(self, device: Device, clock: Clock, *, flush: Call | None = None) -> None:
+        """Time on ``device`` by ``clock`` (ns); ``flush`` runs untimed before every call (cold)."""
         self.device = device
         self.clock = clock
+        self.flush = flush
         torch_device = device.torch_device()
         self.cuda = torch_device.type == "cuda"
         self.stream: Any = torch.cuda.current_stream(torch_device) if self.cuda else None
@@ -80,8 +83,10 @@ class BlockTimer:
 
         The host time is the GPU's only: there the calls are enqueued asynchronously and the
         host's loop ends before the device's work (unless the launch queue fills up); elsewhere
-        it is None.
+        it is None. With a ``flush`` (cold mode) each call is timed on its own, after its flush.
         """
+        if self.flush is not None:
+            return self._cold_block(run, calls, self.flush)
         if self.cuda:
             start = _cuda_event()
             end = _cuda_event()
@@ -100,9 +105,77 @@ class BlockTimer:
         self.device.synchronize()
         return (self.clock() - t0) / 1e9, None
 
+    def _cold_block(self, run: Call, calls: int, flush: Call) -> tuple[float, float | None]:
+        """Flush, then time one call, ``calls`` times; return the calls' summed times (s)."""
+        if self.cuda:
+            spans = []
+            host_ns = 0
+            for _ in range(calls):
+                flush()
+                start, end = _cuda_event(), _cuda_event()
+                start.record(self.stream)
+                t0 = self.clock()
+                run()
+                host_ns += self.clock() - t0
+                end.record(self.stream)
+                spans.append((start, end))
+            spans[-1][1].synchronize()
+            return sum(float(s.elapsed_time(e)) for s, e in spans) / 1000, host_ns / 1e9
+        total_ns = 0
+        for _ in range(calls):
+            flush()
+            self.device.synchronize()
+            t0 = self.clock()
+            run()
+            self.device.synchronize()
+            total_ns += self.clock() - t0
+        return total_ns / 1e9, None
+
     def block_s(self, run: Call, calls: int) -> float:
         """Run ``calls`` calls back to back; return their (device) duration in seconds."""
         return self.block(run, calls)[0]
+
+
+GPU_FLUSH_BYTES = 256 << 20
+"""Cold mode on a GPU: bytes written between calls (Triton's ``do_bench``; H100 L2 is 50 MB)."""
+CPU_FLUSH_FALLBACK_BYTES = 64 << 20
+"""Cold mode on a CPU whose last-level cache size cannot be read."""
+
+
+def last_level_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Return the CPU's largest cache in bytes (Linux sysfs), or None where it cannot be read."""
+    sizes = []
+    for index in sorted(Path(sysfs).glob("index*")):
+        try:
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else None
+
+
+def cache_flush(device: Device, nbytes: int | None = None) -> Call:
+    """Return a call that flushes the device's caches by writing ``nbytes`` bytes.
+
+    Default size: :data:`GPU_FLUSH_BYTES` on a GPU, twice the last-level cache on a CPU. The
+    buffer is allocated once; each flush writes it whole (``zero_``), evicting what the last call
+    left in the caches.
+    """
+    dev = device.torch_device()
+    if nbytes is None:
+        if dev.type == "cuda":
+            nbytes = GPU_FLUSH_BYTES
+        else:
+            nbytes = 2 * (last_level_cache_bytes() or CPU_FLUSH_FALLBACK_BYTES // 2)
+    buffer = torch.empty(nbytes, dtype=torch.int8, device=dev)
+
+    def flush() -> object:
+        return buffer.zero_()
+
+    return flush
 
 
 def warm_up(

@@ -259,3 +259,27 @@ def test_a_gpu_model_is_estimated_as_a_two_stage_pipeline(
     assert est.total_time_s == pytest.approx(total) and est.bound_by == bound_by
     assert est.summary()["bound_by"] == bound_by
     assert any("GPU pipeline" in note for note in est.notes) == (stage is not None)
+
+
+def test_estimates_say_which_cache_mode_they_compose(store: Store) -> None:
+    """Cold-cache results are kept apart: a warm estimate ignores them, a cold one uses them."""
+    setup(store)
+    with store.transaction() as session:
+        kind = get_or_create_device_kind(session, KIND)
+        ids = {op: i for op, i in session.execute(select(OperatorConfig.op, OperatorConfig.id))}
+        for op, t in (("torch.nn.Linear", 3e-3), ("torch.nn.ReLU", 1e-3)):
+            session.add(
+                Measurement(
+                    config_id=ids[op],
+                    device_kind_id=kind.id,
+                    **result_row(time_median_s=t, cache_mode="cold"),
+                )
+            )
+    with store.transaction() as session:
+        warm = estimate_model(session, "toy", KIND)
+        cold = estimate_model(session, "toy", KIND, cache_mode="cold")
+    assert warm.cache_mode == "warm" and warm.time_s == pytest.approx(1e-3 + 2 * 2e-4)
+    assert cold.cache_mode == "cold" and cold.time_s == pytest.approx(3e-3 + 2 * 1e-3)
+    assert cold.full_run_time_s is None  # the model was measured warm only
+    assert cold.summary()["cache_mode"] == "cold"
+    assert any("cold caches" in note for note in cold.notes)

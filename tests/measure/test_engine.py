@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from operator_db.devices.fake import FakeDevice
+from operator_db.measure import engine
 from operator_db.measure.energy import idle_power_w
 from operator_db.measure.engine import Target, measure, measure_interleaved
 from operator_db.measure.settings import fast_settings
 from operator_db.measure.stats import quantile, summarize
+from operator_db.measure.timing import cache_flush, last_level_cache_bytes
 
 
 class ManualClock:
@@ -395,3 +399,39 @@ def test_violation_time_over_the_window_is_kept_and_flags_the_trial() -> None:
     assert trial.throttled and not trial.power_capped
     assert result.raw()["trials"][0]["violation_us"] == trial.violation_us
     assert result.flags == ("throttled",)
+
+
+def test_cold_mode_flushes_before_every_call_outside_the_timed_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    flushes = {"n": 0}
+
+    def fake_flush(dev: object, nbytes: int | None) -> object:
+        def flush() -> None:
+            flushes["n"] += 1
+            clock.sleep(5e-3)  # a flush costs 5 ms: none of it may count
+
+        return flush
+
+    monkeypatch.setattr(engine, "cache_flush", fake_flush)
+    run = op(clock)
+    result = measure(run, device, fast_settings(cache_mode="cold"), clock=clock, sleep=clock.sleep)
+    assert result.eager.summary.median == pytest.approx(1e-3)
+    assert flushes["n"] == run.calls["n"]  # type: ignore[attr-defined]
+    assert result.cache_mode == "cold" and result.trials == ()
+    assert result.energy_unavailable is not None and "cold mode" in result.energy_unavailable
+    warm = measure(op(clock), device, fast_settings(energy=False), clock=clock, sleep=clock.sleep)
+    assert warm.cache_mode == "warm"
+
+
+def test_cache_flush_sizes(tmp_path: Path) -> None:
+    root = tmp_path
+    for index, size in (("index0", "32K"), ("index2", "1024K"), ("index3", "32768K")):
+        (root / index).mkdir()
+        (root / index / "size").write_text(size + "\n")
+    assert last_level_cache_bytes(str(root)) == 32 << 20
+    assert last_level_cache_bytes(str(root / "missing")) is None
+    flush = cache_flush(FakeDevice(), 1 << 16)
+    assert int(flush().sum()) == 0  # type: ignore[attr-defined]

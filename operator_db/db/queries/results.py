@@ -88,6 +88,7 @@ def _figures(
     kind_ids: Sequence[int],
     timing: str | None,
     aggregate: Aggregate,
+    cache_mode: str,
 ) -> dict[FigureKey, Figure]:
     if (target_ids is not None and not target_ids) or not kind_ids:
         return {}
@@ -114,7 +115,7 @@ def _figures(
             table.host_time_per_call_s,
             table.flags,
             *model_only,
-        ).where(table.device_kind_id.in_(list(kind_ids)))
+        ).where(table.device_kind_id.in_(list(kind_ids)), table.cache_mode == cache_mode)
         if ids is not None:
             query = query.where(target.in_(ids[start : start + _CHUNK]))
         if timing is not None:
@@ -130,14 +131,23 @@ def config_figures(
     *,
     timing: str | None = None,
     aggregate: Aggregate = "latest",
+    cache_mode: str = "warm",
 ) -> dict[FigureKey, Figure]:
     """Return the figures of configurations on device kinds, by (config id, kind id, timing).
 
-    ``timing`` keeps one timing method (``eager`` or ``graph``); a configuration without a result
-    on a kind has no entry.
+    ``timing`` keeps one timing method (``eager`` or ``graph``); ``cache_mode`` the results
+    measured with warm or cold caches; a configuration without such a result on a kind has no
+    entry.
     """
     return _figures(
-        session, Measurement, Measurement.config_id, config_ids, kind_ids, timing, aggregate
+        session,
+        Measurement,
+        Measurement.config_id,
+        config_ids,
+        kind_ids,
+        timing,
+        aggregate,
+        cache_mode,
     )
 
 
@@ -148,13 +158,21 @@ def model_figures(
     *,
     timing: str | None = None,
     aggregate: Aggregate = "latest",
+    cache_mode: str = "warm",
 ) -> dict[FigureKey, Figure]:
     """Return the figures of whole-model runs, by (model id, kind id, timing).
 
     ``model_ids`` None reads every model's runs on the kinds; see :func:`config_figures`.
     """
     return _figures(
-        session, FullModelRun, FullModelRun.model_id, model_ids, kind_ids, timing, aggregate
+        session,
+        FullModelRun,
+        FullModelRun.model_id,
+        model_ids,
+        kind_ids,
+        timing,
+        aggregate,
+        cache_mode,
     )
 
 
