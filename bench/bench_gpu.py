@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    out: Path = args.out
+    out: Path = args.out.resolve()  # pytest runs from the repository root
     out.mkdir(parents=True, exist_ok=True)
     if sizes.threads is not None:
         torch.set_num_threads(sizes.threads)
