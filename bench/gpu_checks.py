@@ -398,6 +398,8 @@ def run_checks(ctx: Context) -> list[Check]:
                     f"dry run: the GPU target is not applied to these figures (they would "
                     f"{check.figures['verdict']})"
                 )
-        ctx.log(f"check {spec.name}: {check.status} {check.summary or check.reason or ''}")
+        said = check.summary or check.reason or ""
+        line = said if said.startswith(check.status) else f"{check.status} {said}"
+        ctx.log(f"check {spec.name}: {line.rstrip()}")
         checks.append(check)
     return checks

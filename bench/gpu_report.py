@@ -170,7 +170,7 @@ def render(report: dict[str, Any]) -> str:
         lines += [banner, ""]
     lines += [
         f"Device: **{env['device_name']}** ({report['device_spec']}); torch {env['torch']} "
-        f"(CUDA {env['cuda']}, {env['torch_threads']} CPU threads), transformers "
+        f"(CUDA {env['cuda']}, CPU threads: {env['torch_threads']}), transformers "
         f"{env['transformers']}, Python {env['python']}; "
         f"host {env['host']}; commit {report['commit']}; {report['started_utc']}.",
         "",
