@@ -178,6 +178,10 @@ def cache_flush(device: Device, nbytes: int | None = None) -> Call:
     return flush
 
 
+_SIZING_TRIES = 5
+"""Blocks a warm-up may run to size a timed block (see :func:`warm_up`)."""
+
+
 def warm_up(
     run: Call,
     timer: BlockTimer,
@@ -185,10 +189,16 @@ def warm_up(
     min_s: float,
     min_calls: int,
     max_calls_per_block: int,
+    min_block_s: float = 0.0,
 ) -> float:
-    """Run blocks of doubling size until ``min_s`` seconds and ``min_calls`` calls are reached.
+    """Warm ``run`` up: blocks of doubling size, then one sized like a timed block.
 
-    Returns the last block's per-call time, s.
+    The doubling blocks run until ``min_s`` seconds and ``min_calls`` (at least 2) calls have
+    passed and the last block lasted ``min_block_s`` (or held ``max_calls_per_block`` calls).
+    Returns a per-call time, s: with ``min_block_s``, that of a block sized from the warm-up to
+    last ``min_block_s`` (re-sized while it runs less than half of that), else the last block's.
+    It never comes from the first, cold call alone: lazy initialisation can make it 1000x slower
+    and size every timed block wrong.
 
     Raises:
         MeasurementError: a block took no measurable time (a stopped clock).
@@ -197,14 +207,29 @@ def warm_up(
     spent = 0.0
     per_call = 0.0
     batch = 1
-    while calls < min_calls or spent < min_s:
+    elapsed = 0.0
+    while (
+        calls < max(min_calls, 2)
+        or spent < min_s
+        or (elapsed < min_block_s and batch < max_calls_per_block)
+    ):
+        batch = min(batch * 2, max_calls_per_block) if calls else 1
         elapsed = timer.block_s(run, batch)
         if elapsed <= 0:
             raise MeasurementError(f"{batch} calls took no measurable time; is the clock moving?")
         per_call = elapsed / batch
         spent += elapsed
         calls += batch
-        batch = min(batch * 2, max_calls_per_block)
+    # A cold start can make the first blocks slow: the estimate is checked on a block sized like
+    # a timed one, and re-sized (a few times at most) while such a block runs far too short.
+    for _ in range(_SIZING_TRIES if min_block_s > 0 else 0):
+        sized = calls_for(min_block_s, per_call, 1, max_calls_per_block)
+        elapsed = timer.block_s(run, sized)
+        if elapsed <= 0:
+            break
+        per_call = elapsed / sized
+        if elapsed >= min_block_s / 2 or sized >= max_calls_per_block:
+            break
     return per_call
 
 
@@ -216,6 +241,7 @@ def warm_up_for(run: Call, timer: BlockTimer, settings: MeasureSettings) -> floa
         min_s=settings.warmup_s,
         min_calls=settings.warmup_min_calls,
         max_calls_per_block=settings.max_calls_per_block,
+        min_block_s=settings.block_min_s,
     )
 
 

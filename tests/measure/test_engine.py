@@ -318,7 +318,8 @@ def test_in_window_time_is_kept_and_a_different_regime_is_flagged() -> None:
     """Calls slow down by 10 % after the timing (heat, a power cap): the windows see it."""
     clock = ManualClock()
     device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
-    run = op(clock, [1e-3] * 6 + [1.1e-3] * 100_000)  # 1 warm-up call and 5 blocks of one call
+    # 4 warm-up calls (1, 2, then one sized like a block) and 5 blocks of one call: then slower.
+    run = op(clock, [1e-3] * 9 + [1.1e-3] * 100_000)
     result = measure(
         run, device, fast_settings(energy_window_s=0.1), clock=clock, sleep=clock.sleep
     )

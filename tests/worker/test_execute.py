@@ -86,7 +86,11 @@ def test_an_operator_job_times_the_operator_for_the_minimum_time(store: Store) -
     ingest_mlp(store)
     device = FakeDevice(update_period_s=0.001)
     settings = fast_settings(
-        operator_min_time_s=None, model_min_time_s=0.2, block_min_s=0.002, max_blocks=10_000
+        operator_min_time_s=None,
+        model_min_time_s=0.2,
+        block_min_s=0.002,
+        max_blocks=10_000,
+        warmup_s=0.01,  # blocks sized from a warm-up, not one cold first call
     )
     with store.transaction() as session:
         queue.enqueue_model(session, "tiny", device.identity().name, with_model_run=False)
