@@ -54,8 +54,8 @@ def doctor(
 ) -> None:
     """Check this host before it measures: device, energy sources, torch, settings, database.
 
-    Exits with 1 when a check fails, i.e. where measuring here would give wrong numbers (or could
-    not start); warnings leave it at 0. docs/doctor.md says which check fails and which warns.
+    Exit code 1 when a check fails: measuring here would give wrong numbers, or could not start.
+    Warnings leave it at 0; docs/doctor.md says which check fails and which warns.
     """
     settings = get_settings()
     report = run_doctor(
