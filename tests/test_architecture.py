@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "db": {"config", "errors", "specs"},
     "estimate": {"db", "errors", "measure", "specs"},
     "worker": {"db", "devices", "errors", "measure", "ops", "specs"},
+    "doctor": {"config", "db", "devices", "errors", "measure"},
 }
 """Which of the package's parts each part may import (docs/architecture.md); cli/ may import all."""
 

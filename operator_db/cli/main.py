@@ -19,6 +19,7 @@ from operator_db.cli import db as db_cli
 from operator_db.cli import models as models_cli
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
+from operator_db.cli.doctor import doctor
 from operator_db.cli.estimate import estimate, peaks, roofline
 from operator_db.cli.harvest import harvest
 from operator_db.cli.ingest import ingest
@@ -55,6 +56,7 @@ app.command()(estimate)
 app.command()(roofline)
 app.command()(peaks)
 app.command()(report)
+app.command()(doctor)
 
 
 def _version(value: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -9,9 +10,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from operator_db.db.engine import describe_db_error
+from operator_db.db.engine import describe_db_error, make_engine, safe_url
 from operator_db.errors import DatabaseError
 
 
@@ -103,3 +105,65 @@ def ensure_current(engine: Engine, *, auto_upgrade_sqlite: bool = True) -> None:
         f"database {engine.url.render_as_string(hide_password=True)} is {state}, "
         f"the code expects {head}: run `opdb db upgrade`"
     )
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """Where a database's schema stands against this code's migrations (read, never changed)."""
+
+    url: str
+    """The database URL, password masked."""
+    dialect: str
+    current: str | None
+    """The database's revision; None for an empty database (or a missing SQLite file)."""
+    head: str
+    """The newest revision this code knows."""
+    known: bool
+    """Whether ``current`` is one of this code's revisions (False: the database is newer)."""
+    exists: bool = True
+    """False for a SQLite file that is not there yet (nothing was created to find out)."""
+
+    @property
+    def at_head(self) -> bool:
+        """True when the database is at the code's newest revision."""
+        return self.current == self.head
+
+
+def known_revisions() -> set[str]:
+    """Return every revision id of this code's migrations."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return {rev.revision for rev in script.walk_revisions()}
+
+
+def schema_status(url: str) -> SchemaStatus:
+    """Read the revision of the database at ``url`` and compare it with the code's head.
+
+    Nothing is migrated; a SQLite file that does not exist is reported as missing, not created.
+
+    Raises:
+        DatabaseError: the URL is malformed, its driver is missing, or the database cannot be
+            reached (one line).
+    """
+    head = head_revision()
+    shown = safe_url(url)
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises ArgumentError and ValueError
+        raise DatabaseError(f"invalid database URL {shown!r}: {exc}") from None
+    dialect = parsed.get_backend_name()
+    database = parsed.database
+    if (
+        dialect == "sqlite"
+        and database
+        and database != ":memory:"
+        and not database.startswith("file:")
+        and not Path(database).expanduser().exists()
+    ):
+        return SchemaStatus(shown, dialect, None, head, known=True, exists=False)
+    engine = make_engine(url)
+    try:
+        current = current_revision(engine)
+    finally:
+        engine.dispose()
+    known = current is None or current in known_revisions()
+    return SchemaStatus(shown, dialect, current, head, known=known)

@@ -159,11 +159,14 @@ class CpuDevice(Device):
                 raise ValueError("threads must be >= 1")
             torch.set_num_threads(threads)
         model, vendor = read_cpu_model(cpuinfo)
+        self.powercap_root = powercap_root
         self._rapl: Rapl | None = None
         self._energy_reason: str | None = None
+        self._energy_denied = False
         try:
             self._rapl = Rapl(powercap_root)
         except PermissionError as exc:
+            self._energy_denied = True
             where = exc.filename or powercap_root
             self._energy_reason = (
                 f"energy unavailable: {where} is not readable (RAPL is root-only since "
@@ -226,6 +229,10 @@ class CpuDevice(Device):
     def energy_unavailable_reason(self) -> str | None:
         """Say why RAPL cannot be read (missing, not permitted), or None."""
         return self._energy_reason
+
+    def energy_permission_denied(self) -> bool:
+        """Return whether RAPL exists but this process may not read it (a permission fix helps)."""
+        return self._energy_denied
 
     def _update_probe(self) -> Callable[[], object] | None:
         if self._rapl is None:

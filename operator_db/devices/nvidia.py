@@ -276,6 +276,11 @@ class NvidiaDevice(Device):
         member = _VALUE_MEMBERS.get(int(value.valueType), "uiVal")
         return PowerSample(int(value.timestamp), float(getattr(value.value, member)))
 
+    @property
+    def nvml_gpu(self) -> NvmlGpu:
+        """The GPU's NVML handle with its other readings (power limits, clock restrictions)."""
+        return self._gpu
+
     def identity(self) -> DeviceIdentity:
         """Return name, UUID, architecture, driver and NVML versions, memory (read at open)."""
         return self._identity

@@ -201,6 +201,44 @@ class NvmlGpu:
             clock_event_reasons=None if reasons is None else int(reasons),
         )
 
+    def power_limits_w(self) -> dict[str, float | None]:
+        """Return the enforced and the default power limit, in W; None where unsupported.
+
+        ``enforced_w`` is ``nvmlDeviceGetEnforcedPowerLimit``; ``default_w`` is
+        ``nvmlDeviceGetPowerManagementDefaultLimit``, the limit the board ships with. An enforced
+        limit below the default means someone capped the GPU.
+
+        Raises:
+            PermissionDeniedError, DeviceError: translated NVML errors (GPU lost, ...).
+        """
+        nv = self.nvml
+        enforced = self.optional("read the power limit", nv.nvmlDeviceGetEnforcedPowerLimit)
+        default = self.first_supported(
+            "read the default power limit", ("nvmlDeviceGetPowerManagementDefaultLimit",)
+        )
+        return {
+            "enforced_w": None if enforced is None else int(enforced) / 1000,
+            "default_w": None if default is None else int(default) / 1000,
+        }
+
+    def application_clocks_restricted(self) -> bool | None:
+        """Return whether setting application clocks is root-only; None where NVML cannot say.
+
+        Reads ``nvmlDeviceGetAPIRestriction(h, NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS)``, which
+        changes nothing. (Locked clocks, ``nvmlDeviceSetGpuLockedClocks``, always need root.)
+
+        Raises:
+            PermissionDeniedError, DeviceError: translated NVML errors (GPU lost, ...).
+        """
+        function = getattr(self.nvml, "nvmlDeviceGetAPIRestriction", None)
+        if function is None:
+            return None
+        api = getattr(self.nvml, "NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS", 0)
+        state = self.optional("read the application-clock restriction", function, api)
+        if state is None:
+            return None
+        return int(state) == int(getattr(self.nvml, "NVML_FEATURE_ENABLED", 1))
+
     def violation_counters_us(self) -> dict[str, int]:
         """Return ``nvmlDeviceGetViolationStatus`` per policy: violation time and its timestamp, µs.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -11,8 +12,16 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from operator_db.db.engine import make_engine
-from operator_db.db.migrate import current_revision, downgrade, head_revision, upgrade
+from operator_db.db.migrate import (
+    current_revision,
+    downgrade,
+    head_revision,
+    known_revisions,
+    schema_status,
+    upgrade,
+)
 from operator_db.db.models import Base
+from operator_db.errors import DatabaseError
 
 EXPECTED_TABLES = {
     "alembic_version",
@@ -99,3 +108,59 @@ def test_0003_renames_kind_to_form_and_keeps_rows(empty_db_url: str) -> None:
             ]
     finally:
         engine.dispose()
+
+
+def test_schema_status_at_head(db_url: str) -> None:
+    status = schema_status(db_url)
+    assert (status.current, status.head) == (head_revision(), head_revision())
+    assert status.at_head and status.known and status.exists
+    assert status.dialect in ("sqlite", "postgresql")
+
+
+def test_schema_status_behind_and_empty(empty_db_url: str) -> None:
+    engine = make_engine(empty_db_url)
+    try:
+        with engine.connect():  # an empty database that exists (a SQLite file is made here)
+            pass
+        status = schema_status(empty_db_url)
+        assert (status.current, status.at_head, status.known, status.exists) == (
+            None,
+            False,
+            True,
+            True,
+        )
+        upgrade(engine, "0003")
+        status = schema_status(empty_db_url)
+        assert status.current is not None and status.current.startswith("0003")
+        assert not status.at_head and status.known
+    finally:
+        engine.dispose()
+
+
+def test_schema_status_newer_than_the_code(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = 'from_the_future'"))
+    finally:
+        engine.dispose()
+    status = schema_status(db_url)
+    assert status.current == "from_the_future"
+    assert not status.known and not status.at_head
+    assert head_revision() in known_revisions()
+
+
+def test_schema_status_never_creates_a_sqlite_file(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "none.sqlite"
+    status = schema_status(f"sqlite:///{path}")
+    assert (status.exists, status.current, status.known) == (False, None, True)
+    assert not path.parent.exists()
+
+
+def test_schema_status_unreachable_is_one_line() -> None:
+    url = "postgresql+psycopg://postgres:secret@127.0.0.1:1/none"
+    with pytest.raises(DatabaseError) as info:
+        schema_status(url)
+    message = str(info.value)
+    assert message.startswith("database postgresql+psycopg://postgres:***@127.0.0.1:1/none is ")
+    assert "\n" not in message and "secret" not in message

@@ -33,6 +33,7 @@ class SimGpu:
     power_mw: int = 250_000
     power_fn: Callable[[], int] | None = None  # overrides power_mw when set
     power_timestamp_us: int = 1_700_000_000_000_000
+    power_timestamp_fn: Callable[[], int] | None = None  # overrides power_timestamp_us when set
     field_scopes: set[int] = field(default_factory=lambda: {real.NVML_POWER_SCOPE_GPU})
     field_returns: dict[int, int] = field(default_factory=dict)  # scope -> per-field nvmlReturn
     c2c_enabled: bool | None = None  # None: the driver answers NOT_SUPPORTED
@@ -43,6 +44,8 @@ class SimGpu:
     mem_clock_mhz: int = 2619
     temperature_c: int = 41
     power_limit_mw: int = 700_000
+    default_power_limit_mw: int = 700_000
+    app_clocks_restricted: bool = True  # nvmlDeviceGetAPIRestriction(SET_APPLICATION_CLOCKS)
     clock_event_reasons: int = 0
     # nvmlPerfPolicyType_t -> (referenceTime µs, violationTime ns); others are NOT_SUPPORTED
     violations: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -62,7 +65,8 @@ def _field_values(gpu: SimGpu, ids: list[Any]) -> Any:
     for slot, (field_id, scope) in zip(values, ids, strict=True):
         slot.fieldId = field_id
         slot.scopeId = scope
-        slot.timestamp = gpu.power_timestamp_us
+        stamp = gpu.power_timestamp_fn
+        slot.timestamp = stamp() if stamp is not None else gpu.power_timestamp_us
         slot.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
         if scope in gpu.field_returns:
             slot.nvmlReturn = gpu.field_returns[scope]
@@ -131,6 +135,10 @@ IMPLEMENTATIONS: dict[str, Callable[..., Any]] = {
     "nvmlDeviceGetTemperature": lambda host, gpu, sensor: gpu.temperature_c,
     "nvmlDeviceGetTemperatureV": lambda host, gpu, sensor, version=None: gpu.temperature_c,
     "nvmlDeviceGetEnforcedPowerLimit": lambda host, gpu: gpu.power_limit_mw,
+    "nvmlDeviceGetPowerManagementDefaultLimit": lambda host, gpu: gpu.default_power_limit_mw,
+    "nvmlDeviceGetAPIRestriction": lambda host, gpu, api: int(
+        gpu.app_clocks_restricted and api == real.NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS
+    ),
     "nvmlDeviceGetCurrentClocksEventReasons": lambda host, gpu: gpu.clock_event_reasons,
     "nvmlDeviceGetCurrentClocksThrottleReasons": lambda host, gpu: gpu.clock_event_reasons,
     "nvmlDeviceGetViolationStatus": lambda host, gpu, policy: _violation(gpu, policy),

@@ -162,6 +162,7 @@ def test_rapl_unreadable_is_energy_unavailable(
             "(RAPL is root-only since CVE-2020-8694; run as root or grant read access)"
         )
         assert cpu.counter_update_period_s() is None
+        assert cpu.energy_permission_denied() is True
         with EnergyWindow(cpu) as window:
             pass
     result = window.result
@@ -179,6 +180,8 @@ def test_rapl_missing_is_energy_unavailable(cpuinfo: Path, tmp_path: Path) -> No
         assert cpu.energy_unavailable_reason() == (
             f"energy unavailable: {root} does not exist (no powercap/RAPL on this host)"
         )
+        assert cpu.energy_permission_denied() is False
+        assert cpu.powercap_root == root
 
 
 def test_rapl_without_package_zone(cpuinfo: Path, tmp_path: Path) -> None:

@@ -296,3 +296,37 @@ def test_power_period_can_be_set_and_is_none_without_power(
     host.gpus[0] = SimGpu(name="NVIDIA A10", arch=real.NVML_DEVICE_ARCH_AMPERE, field_scopes=set())
     with NvidiaDevice(0, nvml=nvml, clock=clock, sleep=clock.sleep) as gpu:
         assert gpu.power_update_period_s() is None
+
+
+# --- power limits and the application-clock restriction (read only, for `opdb doctor`) ----------
+
+
+def test_power_limits_in_watts(host: SimHost, nvml: Any) -> None:
+    host.gpus[0].power_limit_mw = 500_000
+    with NvidiaDevice(0, nvml=nvml) as gpu:
+        assert gpu.nvml_gpu.power_limits_w() == {"enforced_w": 500.0, "default_w": 700.0}
+
+
+def test_power_limits_unsupported_are_none(host: SimHost, nvml: Any) -> None:
+    host.fail["nvmlDeviceGetPowerManagementDefaultLimit"] = real.NVML_ERROR_NOT_SUPPORTED
+    host.fail["nvmlDeviceGetEnforcedPowerLimit"] = real.NVML_ERROR_NOT_SUPPORTED
+    with NvidiaDevice(0, nvml=nvml) as gpu:
+        assert gpu.nvml_gpu.power_limits_w() == {"enforced_w": None, "default_w": None}
+
+
+def test_application_clocks_restriction(host: SimHost, nvml: Any) -> None:
+    with NvidiaDevice(0, nvml=nvml) as gpu:
+        assert gpu.nvml_gpu.application_clocks_restricted() is True
+        host.gpus[0].app_clocks_restricted = False
+        assert gpu.nvml_gpu.application_clocks_restricted() is False
+        host.fail["nvmlDeviceGetAPIRestriction"] = real.NVML_ERROR_NOT_SUPPORTED
+        assert gpu.nvml_gpu.application_clocks_restricted() is None
+    asked = {call.args[1] for call in nvml.nvmlDeviceGetAPIRestriction.call_args_list}
+    assert asked == {real.NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS}
+
+
+def test_application_clocks_restriction_unknown_without_the_function(host: SimHost) -> None:
+    nvml = make_nvml(host)
+    del nvml.nvmlDeviceGetAPIRestriction
+    with NvidiaDevice(0, nvml=nvml) as gpu:
+        assert gpu.nvml_gpu.application_clocks_restricted() is None

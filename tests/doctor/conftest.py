@@ -1,0 +1,46 @@
+"""Fixtures for the doctor's tests: torch's flags restored, fast options, a simulated NVML host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from operator_db.config import MeasureSettings
+from operator_db.measure.backends import pin_backends
+from tests.devices.conftest import ManualClock
+from tests.devices.nvml_sim import SimCuda, SimHost, make_nvml
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch() -> Iterator[None]:
+    """The doctor pins torch's backend flags (and threads) in the process, as the worker does."""
+    threads = torch.get_num_threads()
+    yield
+    pin_backends(MeasureSettings(), threads)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def host() -> SimHost:
+    return SimHost()
+
+
+@pytest.fixture
+def nvml(host: SimHost) -> Any:
+    return make_nvml(host)
+
+
+@pytest.fixture
+def cuda(host: SimHost, monkeypatch: pytest.MonkeyPatch) -> SimCuda:
+    """torch.cuda on the simulated host, with a CUDA build's version string."""
+    sim = SimCuda(host)
+    sim.install(monkeypatch)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    return sim
