@@ -277,12 +277,7 @@ class Device(abc.ABC):
             DeviceError: the reading did not change within ``timeout_s``.
         """
         if self._update_period_s is None:
-            probe = self._update_probe()
-            if probe is None:
-                return None
-            self._update_period_s = measure_update_period_s(
-                probe, clock=self._clock, sleep=self._sleep, repeats=repeats, timeout_s=timeout_s
-            )
+            self._update_period_s = self._measured_period(self._update_probe(), timeout_s, repeats)
         return self._update_period_s
 
     def known_update_period_s(self) -> float | None:
@@ -305,13 +300,18 @@ class Device(abc.ABC):
             DeviceError: the reading did not change within ``timeout_s``.
         """
         if self._power_period_s is None:
-            probe = self._power_probe()
-            if probe is None:
-                return None
-            self._power_period_s = measure_update_period_s(
-                probe, clock=self._clock, sleep=self._sleep, repeats=repeats, timeout_s=timeout_s
-            )
+            self._power_period_s = self._measured_period(self._power_probe(), timeout_s, repeats)
         return self._power_period_s
+
+    def _measured_period(
+        self, probe: Callable[[], object] | None, timeout_s: float, repeats: int
+    ) -> float | None:
+        """Measure how often ``probe`` changes, in s (None without a probe)."""
+        if probe is None:
+            return None
+        return measure_update_period_s(
+            probe, clock=self._clock, sleep=self._sleep, repeats=repeats, timeout_s=timeout_s
+        )
 
     def known_power_update_period_s(self) -> float | None:
         """Return the power update period if it was measured or set already, without measuring."""

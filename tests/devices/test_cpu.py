@@ -11,7 +11,7 @@ import torch
 from operator_db.devices import CpuDevice, EnergyWindow, Rapl
 from operator_db.devices.cpu import read_cpu_model
 from operator_db.errors import DeviceError, PermissionDeniedError
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 
 CPUINFO = """\
 processor\t: 0

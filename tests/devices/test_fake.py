@@ -13,7 +13,7 @@ from operator_db.errors import (
     DeviceUnsupportedError,
     PermissionDeniedError,
 )
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 
 
 def make(clock: ManualClock, **kwargs: object) -> FakeDevice:

@@ -23,7 +23,7 @@ from operator_db.errors import (
     OperatorDBError,
     PermissionDeniedError,
 )
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 from tests.devices.nvml_sim import GIB, SimCuda, SimGpu, SimHost, make_nvml
 
 # torch.cuda is simulated on the simulated host (every GPU visible) unless a test says otherwise.

@@ -10,7 +10,7 @@ import torch
 
 from operator_db.devices import EnergyWindow, NvidiaDevice
 from operator_db.errors import DeviceError, DeviceUnsupportedError
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 from tests.devices.nvml_sim import SimCuda, SimGpu, SimHost
 
 UUIDS = [f"GPU-{i}{i}{i}{i}{i}{i}{i}{i}-0000-0000-0000-00000000000{i}" for i in range(4)]

@@ -11,7 +11,7 @@ import pytest
 from operator_db.devices import CpuDevice, EnergyWindow, FakeDevice, NvidiaDevice, PowerSampler
 from operator_db.devices.nvml import NVML_ERROR_TABLE
 from operator_db.errors import DeviceError, PermissionDeniedError
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 from tests.devices.nvml_sim import SimGpu, SimHost, make_nvml
 
 GPU_SCOPE = real.NVML_POWER_SCOPE_GPU

@@ -18,7 +18,7 @@ from operator_db.devices import (
     sampling_interval_s,
 )
 from operator_db.errors import DeviceError
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 
 S = 1_000_000  # µs per second
 

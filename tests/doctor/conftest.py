@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import torch
 
 from operator_db.config import MeasureSettings
 from operator_db.measure.backends import pin_backends
-from tests.devices.conftest import ManualClock
-from tests.devices.nvml_sim import SimCuda, SimHost, make_nvml
+from tests.devices.fixtures import clock, host, nvml
+from tests.devices.nvml_sim import SimCuda, SimHost
 
 
 @pytest.fixture(autouse=True)
@@ -23,24 +22,12 @@ def _restore_torch() -> Iterator[None]:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def host() -> SimHost:
-    return SimHost()
-
-
-@pytest.fixture
-def nvml(host: SimHost) -> Any:
-    return make_nvml(host)
-
-
-@pytest.fixture
 def cuda(host: SimHost, monkeypatch: pytest.MonkeyPatch) -> SimCuda:
     """torch.cuda on the simulated host, with a CUDA build's version string."""
     sim = SimCuda(host)
     sim.install(monkeypatch)
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     return sim
+
+
+__all__ = ["clock", "cuda", "host", "nvml"]

@@ -10,7 +10,7 @@ import pytest
 from operator_db.config import MeasureSettings, Settings
 from operator_db.doctor import DoctorOptions, run_doctor
 from operator_db.doctor.cpu import allocator_check, threads_check, usable_cpus
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 from tests.devices.test_cpu import write_zone
 
 PACKAGE_W = 20.0

@@ -15,7 +15,7 @@ import torch
 
 from operator_db.config import Settings
 from operator_db.doctor import DoctorOptions, DoctorReport, Workload, run_doctor
-from tests.devices.conftest import ManualClock
+from tests.devices.clock import ManualClock
 from tests.devices.nvml_sim import SimCuda, SimGpu, SimHost
 
 UUIDS = ["GPU-00000000-0000-0000-0000-000000000000", "GPU-11111111-1111-1111-1111-111111111111"]
