@@ -1,17 +1,28 @@
-"""Dependencies of the routes: settings, the store, a per-request transaction, the token check."""
+"""Dependencies of the routes: settings, the store, per-request transactions, the token checks."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from operator_db.config import Settings
 from operator_db.db.store import Store
-from operator_db.errors import PermissionDeniedError
+from operator_db.errors import AuthenticationError, PermissionDeniedError
+
+Right = Literal["read", "write"]
+
+bearer = HTTPBearer(
+    auto_error=False,
+    description="A token of the server (OPDB_API_TOKEN, OPDB_API_WRITE_TOKENS, "
+    "OPDB_API_READ_TOKENS). Writes need a write token; reads need one only where the server "
+    "protects reads.",
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -27,34 +38,71 @@ def get_store(request: Request) -> Store:
 
 
 def get_session(store: Annotated[Store, Depends(get_store)]) -> Iterator[Session]:
-    """Yield a session; one request is one transaction, committed when the route returns."""
+    """Yield a write session; one request is one transaction, committed when the route returns."""
     with store.transaction() as session:
         yield session
 
 
-def _check_token(settings: Settings, authorization: str | None, what: str) -> None:
-    if settings.api_token is None:
-        raise PermissionDeniedError(f"{what} are disabled: the server has no OPDB_API_TOKEN set")
-    expected = f"Bearer {settings.api_token.get_secret_value()}"
-    if authorization is None or not secrets.compare_digest(authorization, expected):
-        raise PermissionDeniedError(f"{what} need the header 'Authorization: Bearer <token>'")
+def get_read_session(store: Annotated[Store, Depends(get_store)]) -> Iterator[Session]:
+    """Yield a read-only session: it takes no write lock (SQLite) and commits nothing."""
+    with store.transaction(read_only=True) as session:
+        yield session
+
+
+def _tokens(settings: Settings) -> list[tuple[bytes, Right]]:
+    write = [settings.api_token] if settings.api_token is not None else []
+    write += settings.api_write_tokens
+    return [(t.get_secret_value().encode(), "write") for t in write] + [
+        (t.get_secret_value().encode(), "read") for t in settings.api_read_tokens
+    ]
+
+
+def token_right(settings: Settings, token: str) -> Right | None:
+    """Return what ``token`` may do (``read`` or ``write``), or None for an unknown token.
+
+    Compared in constant time as UTF-8 bytes, so a non-ASCII token is simply unknown.
+    """
+    given = token.encode("utf-8", "surrogateescape")
+    found: Right | None = None
+    for expected, right in _tokens(settings):
+        if secrets.compare_digest(given, expected) and found != "write":
+            found = right
+    return found
+
+
+def _check(
+    settings: Settings, credentials: HTTPAuthorizationCredentials | None, need: Right
+) -> None:
+    what = "writes" if need == "write" else "reads"
+    if need == "write" and not any(right == "write" for _, right in _tokens(settings)):
+        raise PermissionDeniedError(
+            "writes are disabled: the server has no write token (OPDB_API_TOKEN) set"
+        )
+    if credentials is None:
+        raise AuthenticationError(f"{what} need the header 'Authorization: Bearer <token>'")
+    right = token_right(settings, credentials.credentials)
+    if right is None:
+        raise AuthenticationError("the bearer token is not valid")
+    if need == "write" and right != "write":
+        raise PermissionDeniedError("this token may read, not write")
 
 
 def require_write(
-    settings: Annotated[Settings, Depends(get_settings_dep)],
-    authorization: Annotated[str | None, Header()] = None,
+    settings: Annotated[Settings, Depends(get_settings_dep)], credentials: Credentials = None
 ) -> None:
-    """Refuse a write without the configured bearer token."""
-    _check_token(settings, authorization, "writes")
+    """Refuse a write without a write token (401 without or with a bad one, 403 read-only)."""
+    _check(settings, credentials, "write")
 
 
 def require_read(
-    settings: Annotated[Settings, Depends(get_settings_dep)],
-    authorization: Annotated[str | None, Header()] = None,
+    settings: Annotated[Settings, Depends(get_settings_dep)], credentials: Credentials = None
 ) -> None:
-    """Refuse a read without the token, where reads are configured to need it."""
+    """Refuse a read without a token, where reads are configured to need one."""
     if settings.api_protect_reads:
-        _check_token(settings, authorization, "reads")
+        _check(settings, credentials, "read")
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+"""A write transaction (routes that change the database)."""
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+"""A read-only transaction (routes that only read)."""

@@ -6,8 +6,16 @@ import json
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request, status
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import SessionDep, get_settings_dep, get_store, require_read, require_write
+from api.deps import (
+    ReadSessionDep,
+    SessionDep,
+    get_settings_dep,
+    get_store,
+    require_read,
+    require_write,
+)
 from api.schemas import (
     EnqueueIn,
     EnqueueOut,
@@ -23,7 +31,7 @@ from operator_db.config import Settings
 from operator_db.db import migrate, queries, queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
-from operator_db.errors import SpecError
+from operator_db.errors import SpecError, TooLargeError
 from operator_db.estimate.compose import estimate_model
 from operator_db.estimate.peaks import best_peaks, peaks_for_kind
 from operator_db.estimate.significant import enqueue_significant_first
@@ -45,7 +53,25 @@ def health(store: Annotated[Store, Depends(get_store)]) -> Health:
     )
 
 
-@writes.post("/specs", status_code=status.HTTP_201_CREATED, tags=["specs"])
+SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "A YAML spec (docs/spec-format.md), UTF-8; at most OPDB_MAX_SPEC_BYTES "
+        "bytes (413 past it).",
+        "content": {
+            "application/yaml": {
+                "schema": {"type": "string"},
+                "example": "spec_version: 2\nmodel: {name: tiny, batch_size: 1}\noperators:\n"
+                "- op: torch.nn.Linear\n  form: module\n  dtype: float32\n"
+                "  args: {in_features: 8, out_features: 4}\n  inputs: [{shape: [1, 8]}]\n",
+            }
+        },
+    }
+}
+"""The upload's body in OpenAPI: the route reads it itself, in bounded chunks."""
+
+
+@writes.post("/specs", status_code=status.HTTP_201_CREATED, tags=["specs"], openapi_extra=SPEC_BODY)
 async def upload_spec(
     request: Request,
     settings: Annotated[Settings, Depends(get_settings_dep)],
@@ -55,12 +81,22 @@ async def upload_spec(
     """Validate a YAML spec (the request body) whole and store it in one transaction.
 
     Re-uploading the same spec changes nothing; changed content replaces the model's operators.
+    The body is read in bounded chunks (413 past the limit); parsing, validation and storing run
+    in a worker thread, so the server goes on answering meanwhile.
     """
+    limit = settings.max_spec_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLargeError(f"{name}: body of {declared} bytes, over the limit of {limit} bytes")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
-        if len(body) > settings.max_spec_bytes:
-            raise SpecError(name, "", f"body over the limit of {settings.max_spec_bytes} bytes")
+        if len(body) > limit:
+            raise TooLargeError(f"{name}: body over the limit of {limit} bytes")
+    return await run_in_threadpool(_ingest, store, bytes(body), name)
+
+
+def _ingest(store: Store, body: bytes, name: str) -> IngestedSpec:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -72,13 +108,13 @@ async def upload_spec(
 
 
 @reads.get("/models", tags=["models"])
-def list_models(session: SessionDep) -> list[ModelSummaryOut]:
+def list_models(session: ReadSessionDep) -> list[ModelSummaryOut]:
     """List every model with its configurations, calls, FLOPs and parameters."""
     return [ModelSummaryOut(**vars(s)) for s in queries.model_summaries(session)]
 
 
 @reads.get("/models/{name}", tags=["models"])
-def get_model(name: str, session: SessionDep) -> ModelDetail:
+def get_model(name: str, session: ReadSessionDep) -> ModelDetail:
     """Return a model with its operator configurations in spec order."""
     model = queries.get_model(session, name)
     [summary] = queries.model_summaries(session, name=name)
@@ -95,7 +131,7 @@ def get_model(name: str, session: SessionDep) -> ModelDetail:
 @reads.get("/models/{name}/estimate", tags=["estimates"])
 def get_estimate(
     name: str,
-    session: SessionDep,
+    session: ReadSessionDep,
     device_kind: str,
     timing: Literal["eager", "graph"] = "eager",
     energy: Literal["total", "dynamic"] = "total",
@@ -136,7 +172,7 @@ def enqueue(name: str, body: EnqueueIn, session: SessionDep) -> EnqueueOut:
 
 
 @reads.get("/jobs", tags=["jobs"])
-def job_counts(session: SessionDep) -> dict[str, int]:
+def job_counts(session: ReadSessionDep) -> dict[str, int]:
     """Count the jobs per status."""
     return queue.queue_counts(session)
 

@@ -7,13 +7,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 
-class ErrorBody(BaseModel):
-    """Every error response: one line for a person, a kind for a program."""
-
-    error: str = Field(description="The error class, e.g. SpecError, NotFoundError.")
-    detail: str = Field(description="One line saying what is wrong.")
-
-
 class Health(BaseModel):
     """Whether the service can reach its database and at which schema revision it is."""
 
@@ -109,8 +102,12 @@ class EstimateOut(BaseModel):
 class EnqueueIn(BaseModel):
     """Which device kind to measure a model on, and how urgently."""
 
-    device_kind: str
-    priority: int = 0
+    device_kind: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The device kind's name, e.g. 'NVIDIA H100 80GB HBM3' (created if new).",
+    )
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000, description="Higher runs first.")
     coverage: float = Field(default=0.9, gt=0, le=1)
     model_run: bool = True
     interleaved: bool = Field(

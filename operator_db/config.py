@@ -227,10 +227,20 @@ class Settings(BaseSettings):
     )
     api_token: SecretStr | None = Field(
         default=None,
-        description="Bearer token the REST API asks of writes; unset, the API refuses writes.",
+        description="A bearer token the REST API accepts for writes (and reads); with no write "
+        "token at all the API refuses writes.",
+    )
+    api_write_tokens: list[SecretStr] = Field(
+        default_factory=list,
+        description="More write tokens (JSON list), e.g. one per client, to revoke one alone.",
+    )
+    api_read_tokens: list[SecretStr] = Field(
+        default_factory=list,
+        description="Tokens that may read but not write (JSON list); they matter where reads are "
+        "protected.",
     )
     api_protect_reads: bool = Field(
-        default=False, description="Ask the API token of reads too (reads are open by default)."
+        default=False, description="Ask a token of reads too (reads are open by default)."
     )
     measure: MeasureSettings = Field(
         default_factory=MeasureSettings,

@@ -58,7 +58,15 @@ class DeviceContextLostError(DeviceError):
 
 
 class PermissionDeniedError(OperatorDBError):
-    """The caller may not do this (missing token, unreadable counter, ...)."""
+    """The caller may not do this (a token without the right, an unreadable counter, ...)."""
+
+
+class AuthenticationError(PermissionDeniedError):
+    """The caller did not say who it is, or its credentials are not valid (no or a bad token)."""
+
+
+class TooLargeError(OperatorDBError):
+    """An input is over a size limit (a request body, a file)."""
 
 
 class HarvestError(OperatorDBError):

@@ -67,11 +67,19 @@ def test_write_needs_token(client: TestClient, db_url: str) -> None:
     text = yaml.safe_dump(spec_dict())
     missing = client.post("/specs", content=text)
     wrong = client.post("/specs", content=text, headers={"Authorization": "Bearer nope"})
-    assert (missing.status_code, wrong.status_code) == (403, 403)
+    # 401 with a challenge: the caller has not said who it is (RFC 9110 §15.5.2).
+    assert (missing.status_code, wrong.status_code) == (401, 401)
+    assert missing.headers["www-authenticate"].startswith("Bearer")
+    assert missing.headers["content-type"] == "application/problem+json"
     assert missing.json() == {
-        "error": "PermissionDeniedError",
+        "type": "about:blank",
+        "title": "Unauthorized",
+        "status": 401,
+        "error": "AuthenticationError",
         "detail": "writes need the header 'Authorization: Bearer <token>'",
+        "instance": "/specs",
     }
+    assert wrong.json()["detail"] == "the bearer token is not valid"
     assert snapshot(engine) == before
     engine.dispose()
 
@@ -83,10 +91,13 @@ def test_invalid_spec_is_422_with_path(client: TestClient) -> None:
         "/specs", params={"name": "bad.yaml"}, content=yaml.safe_dump(data), headers=AUTH
     )
     assert response.status_code == 422
-    assert response.json() == {
-        "error": "SpecError",
-        "detail": "bad.yaml: operators[0].inputs[0].shape[0]: must be positive, got -4",
-    }
+    body = response.json()
+    assert (body["error"], body["status"], body["title"]) == (
+        "SpecError",
+        422,
+        "Unprocessable Entity",
+    )
+    assert body["detail"] == "bad.yaml: operators[0].inputs[0].shape[0]: must be positive, got -4"
     assert client.get("/models").json() == []
 
 
@@ -101,14 +112,14 @@ def test_writes_disabled_without_configured_token(db_url: str) -> None:
         response = c.post("/specs", content="x: 1", headers=AUTH)
     assert response.status_code == 403
     assert response.json()["detail"] == (
-        "writes are disabled: the server has no OPDB_API_TOKEN set"
+        "writes are disabled: the server has no write token (OPDB_API_TOKEN) set"
     )
 
 
 def test_protected_reads(db_url: str) -> None:
     settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN), api_protect_reads=True)
     with TestClient(create_app(settings)) as c:
-        assert c.get("/models").status_code == 403
+        assert c.get("/models").status_code == 401
         assert c.get("/models", headers=AUTH).json() == []
 
 
@@ -116,15 +127,15 @@ def test_body_over_the_limit(db_url: str) -> None:
     settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN), max_spec_bytes=100)
     with TestClient(create_app(settings)) as c:
         response = c.post("/specs", params={"name": "big.yaml"}, content="#" * 101, headers=AUTH)
-    assert response.status_code == 422
-    assert response.json()["detail"] == "big.yaml: body over the limit of 100 bytes"
+    assert response.status_code == 413
+    assert response.json()["detail"] == ("big.yaml: body of 101 bytes, over the limit of 100 bytes")
 
 
 def test_enqueue_estimate_and_jobs(client: TestClient) -> None:
     text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
     assert client.post("/specs", content=text, headers=AUTH).status_code == 201
     body = {"device_kind": "fake:FakeGPU"}
-    assert client.post("/models/mlp-small-b8/jobs", json=body).status_code == 403
+    assert client.post("/models/mlp-small-b8/jobs", json=body).status_code == 401
     queued = client.post("/models/mlp-small-b8/jobs", json=body, headers=AUTH)
     assert queued.status_code == 201
     assert queued.json()["queued_configs"] == 4 and queued.json()["queued_model_run"] is True
@@ -149,3 +160,108 @@ def test_enqueue_interleaved(client: TestClient) -> None:
     est = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "fake:FakeGPU"})
     data = est.json()
     assert data["between_ops_s"] is None and data["total_time_s"] == data["time_s"] == 0.0
+
+
+def test_every_error_is_a_problem_document(client: TestClient) -> None:
+    """Unknown paths, wrong methods, bad parameters and bodies: problem+json, never plain text."""
+    cases = [
+        (client.get("/nope"), 404),
+        (client.delete("/health"), 405),
+        (client.get("/models/x/estimate"), 422),  # device_kind missing
+        (client.get("/models/x/estimate", params={"device_kind": "k", "timing": "fast"}), 422),
+        (
+            client.post(
+                "/models/x/jobs", json={"device_kind": "k", "priority": 2**63}, headers=AUTH
+            ),
+            422,
+        ),
+        (client.post("/models/x/jobs", json={"device_kind": "k" * 100_000}, headers=AUTH), 422),
+        (client.post("/models/x/jobs", content=b"{not json", headers=AUTH), 422),
+    ]
+    for response, status in cases:
+        assert response.status_code == status, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        body = response.json()
+        assert body["status"] == status and body["detail"] and "\n" not in body["detail"]
+
+
+def test_non_ascii_and_odd_tokens_are_401_not_500(client: TestClient) -> None:
+    text = yaml.safe_dump(spec_dict())
+    for header in ("Bearer s3crét", "Bearer ", "Basic dXNlcjpwYXNz", "s3cret"):
+        response = client.post("/specs", content=text, headers={"Authorization": header.encode()})
+        assert response.status_code == 401, (header, response.text)
+        assert response.headers["content-type"] == "application/problem+json"
+    assert client.get("/models").json() == []  # nothing was stored
+
+
+def test_an_unexpected_error_is_a_500_problem_and_the_server_goes_on(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from operator_db.db import queries
+
+    def boom(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a bug\nwith a second line")
+
+    monkeypatch.setattr(queries, "model_summaries", boom)
+    response = client.get("/models")
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["error"] == "InternalError" and "a bug" not in response.text
+    assert client.get("/health").status_code == 200
+
+
+def test_several_tokens_with_rights(db_url: str) -> None:
+    settings = Settings(
+        database_url=db_url,
+        api_write_tokens=[SecretStr("w1"), SecretStr("w2")],
+        api_read_tokens=[SecretStr("r1")],
+        api_protect_reads=True,
+    )
+    text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
+    with TestClient(create_app(settings)) as c:
+        read = {"Authorization": "Bearer r1"}
+        assert c.get("/models", headers=read).status_code == 200
+        denied = c.post("/specs", content=text, headers=read)
+        assert denied.status_code == 403 and denied.json()["detail"] == (
+            "this token may read, not write"
+        )
+        assert (
+            c.post("/specs", content=text, headers={"Authorization": "Bearer w2"}).status_code
+            == 201
+        )
+        assert c.get("/models", headers={"Authorization": "Bearer w1"}).status_code == 200
+        assert c.get("/models").status_code == 401
+
+
+def test_openapi_declares_problems_bearer_auth_and_the_yaml_body(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert "Problem" in schema["components"]["schemas"]
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for code in ("401", "404", "422", "500", "503"):
+                content = operation["responses"][code]["content"]
+                assert list(content) == ["application/problem+json"], (path, method, code)
+    upload = schema["paths"]["/specs"]["post"]
+    assert "application/yaml" in upload["requestBody"]["content"]
+    assert upload["security"] == [{"HTTPBearer": []}]
+
+
+def test_reads_do_not_wait_for_a_writer_on_sqlite(client: TestClient, db_url: str) -> None:
+    """A read takes no write lock: a writer holding SQLite's lock does not stall /models."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("the write lock is SQLite's")
+    import sqlite3
+    import time
+
+    path = db_url.removeprefix("sqlite:///")
+    writer = sqlite3.connect(path, timeout=0.1)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        start = time.perf_counter()
+        assert client.get("/models").status_code == 200
+        assert client.get("/jobs").status_code == 200
+        assert time.perf_counter() - start < 1.0
+    finally:
+        writer.rollback()
+        writer.close()
