@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import problems
+from api import metrics, problems
 from api.routes import router
 from operator_db import __version__
 from operator_db.config import Settings, get_settings
@@ -32,5 +32,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     problems.install(app)
+    metrics.install(app)
     app.include_router(router)
     return app

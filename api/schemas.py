@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list: its items, how many match in all, and where the page starts."""
+
+    items: list[T]
+    total: int = Field(description="How many items match the filters in all.")
+    limit: int
+    offset: int
 
 
 class Health(BaseModel):
@@ -13,6 +25,7 @@ class Health(BaseModel):
     status: Literal["ok"]
     database: str
     revision: str | None
+    head: str = Field(description="The revision this code expects.")
     version: str
 
 
@@ -56,12 +69,14 @@ class OperatorOut(BaseModel):
 
 
 class ModelDetail(ModelSummaryOut):
-    """A model and its operator configurations in spec order."""
+    """A model and its first operator configurations in spec order (all: ``.../operators``)."""
 
     inputs: list[dict[str, Any]]
     dtype: str
     spec_hash: str
-    operators: list[OperatorOut]
+    operators: list[OperatorOut] = Field(
+        description="The first configurations in spec order (at most 100; `configs` counts all)."
+    )
 
 
 class EstimateOut(BaseModel):
@@ -96,7 +111,10 @@ class EstimateOut(BaseModel):
     peaks: dict[str, Any] | None
     notes: list[str]
     by_op: list[dict[str, Any]]
-    configurations: list[dict[str, Any]]
+    configurations: list[dict[str, Any]] = Field(
+        description="A page of the configurations, costliest (count × per-call time) first."
+    )
+    configurations_total: int = Field(description="How many configurations the model has.")
 
 
 class EnqueueIn(BaseModel):
@@ -127,3 +145,112 @@ class EnqueueOut(BaseModel):
     already_queued: int
     opaque: int
     queued_model_run: bool
+
+
+class ConfigOut(BaseModel):
+    """One operator configuration, shared by every model that runs it."""
+
+    key: str
+    op: str
+    form: str
+    mode: str
+    dtype: str | None
+    args: dict[str, Any]
+    inputs: list[dict[str, Any]]
+    call: dict[str, Any] | None
+    outputs: list[dict[str, Any]]
+    flops: int | None = Field(description="Forward FLOPs per call.")
+    flops_backward: int | None = Field(description="Backward FLOPs per call (training).")
+    bytes: int | None = Field(description="Compulsory bytes per call.")
+    params: int
+
+
+class MeasurementOut(BaseModel):
+    """One stored result of a configuration on a device kind (times in s, energies in J)."""
+
+    id: int
+    device_kind: str
+    timing: str
+    cache_mode: str
+    dtype: str
+    threads: int | None
+    calls_per_block: int
+    blocks: int
+    time_median_s: float
+    time_mean_s: float
+    time_iqr_s: float
+    time_cv: float
+    window_time_per_call_s: float | None
+    host_time_per_call_s: float | None
+    trials: int
+    energy_source: str | None
+    energy_unavailable: str | None
+    energy_per_call_j: float | None
+    dynamic_energy_per_call_j: float | None
+    power_mean_w: float | None
+    flags: list[str]
+    host_id: int | None
+    job_id: int | None
+    created_at: datetime
+
+
+class JobOut(BaseModel):
+    """A job: measure a configuration, or a whole model, on a device kind."""
+
+    id: int
+    target: str
+    config_key: str | None
+    model: str | None
+    device_kind: str
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    last_error: str | None
+    options: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class HostOut(BaseModel):
+    """One device of one machine, as a worker registered it."""
+
+    id: int
+    hostname: str
+    device_id: str
+    device_kind: str
+    counter_update_period_s: float | None
+    idle_power_w: float | None
+    first_seen: datetime
+    last_seen: datetime
+
+
+class PeakOut(BaseModel):
+    """One peak of a device kind: compute for a dtype (FLOP/s), or bandwidth (bytes/s)."""
+
+    source: str
+    dtype: str | None
+    flops_per_s: float | None
+    bytes_per_s: float | None
+    reference: str | None
+    host_id: int | None
+
+
+class DeviceKindOut(BaseModel):
+    """A device kind: one model of chip; results belong to kinds."""
+
+    name: str
+    type: str
+    vendor: str | None
+    architecture: str | None
+    memory_bytes: int | None
+
+
+class DeviceKindDetail(DeviceKindOut):
+    """A device kind with its hosts and stored peaks."""
+
+    hosts: list[HostOut]
+    peaks: list[PeakOut]

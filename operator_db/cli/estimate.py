@@ -16,8 +16,8 @@ from operator_db.db import queries
 from operator_db.errors import NotFoundError
 from operator_db.estimate.chips import find_chip, load_peak_table
 from operator_db.estimate.compose import Estimate, estimate_model
-from operator_db.estimate.peaks import best_peaks, peaks_for_kind, peaks_of
-from operator_db.estimate.roofline import plot_roofline, roofline_table
+from operator_db.estimate.peaks import best_peaks, peaks_for_kind
+from operator_db.estimate.rooflines import model_roofline
 
 KindOption = Annotated[
     str | None,
@@ -215,21 +215,9 @@ def roofline(
     """Plot MODEL on the device's roofline: roofs, one point per configuration, the model."""
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kind = pick_kind(session, model, device_kind)
-        info = queries.get_model(session, model)
-        kind_peaks = peaks_for_kind(session, kind)
-        spec = peaks_of(kind_peaks, info.dtype, "spec")
-        measured = peaks_of(kind_peaks, info.dtype, "measured")
-        est = estimate_model(session, model, kind, peaks=measured or spec)
-    if spec is None and measured is None:
-        raise NotFoundError(
-            f"no peaks known for {kind}: run `opdb peaks` on such a host, or use "
-            "a device kind of the peak table (`opdb peaks --list`)"
-        )
-    table = roofline_table(est, spec, measured)
-    names = [c.strip() for c in chips.split(",") if c.strip()]
-    path = plot_roofline(
-        est, table, out, spec=spec, measured=measured, chips=names, dtype=info.dtype
-    )
+        view = model_roofline(session, model, kind)
+    table = view.table
+    path = view.plot(out, chips=[c.strip() for c in chips.split(",") if c.strip()])
     bounds = table[table["op"] != "(model)"]["bound"].value_counts().to_dict()
     model_row = table[table["op"] == "(model)"].iloc[0]
     console.print(

@@ -34,7 +34,7 @@ from operator_db.db.queries import (
     measured_config_ids,
     model_configs,
 )
-from operator_db.errors import NotFoundError
+from operator_db.errors import ConflictError, NotFoundError
 
 
 @dataclass(frozen=True)
@@ -389,3 +389,64 @@ def job_target_name(session: Session, job: Job) -> str:
     if (job.options or {}).get("interleaved"):
         return f"model {name} with its operators, interleaved"
     return f"model {name}"
+
+
+def list_jobs(
+    session: Session,
+    *,
+    status: str | None = None,
+    device_kind_id: int | None = None,
+    model_id: int | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[Job], int]:
+    """Return a page of jobs, newest first, and how many match in all.
+
+    Filters: ``status``, ``device_kind_id``, ``model_id`` (the model's own job).
+    """
+    where = []
+    if status is not None:
+        where.append(Job.status == status)
+    if device_kind_id is not None:
+        where.append(Job.device_kind_id == device_kind_id)
+    if model_id is not None:
+        where.append(Job.model_id == model_id)
+    total = session.scalar(select(func.count()).select_from(Job).where(*where)) or 0
+    jobs = session.scalars(
+        select(Job).where(*where).order_by(Job.id.desc()).offset(offset).limit(limit)
+    )
+    return list(jobs), total
+
+
+def get_job(session: Session, job_id: int) -> Job:
+    """Return job ``job_id``.
+
+    Raises:
+        NotFoundError: no such job.
+    """
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFoundError(f"no job {job_id}")
+    return job
+
+
+def cancel_job(session: Session, job_id: int) -> Job:
+    """Cancel a queued or running job; a worker measuring it then drops its result.
+
+    Flushes; the caller commits.
+
+    Raises:
+        NotFoundError: no such job.
+        ConflictError: the job has ended already (done, failed or cancelled).
+    """
+    job = get_job(session, job_id)
+    if job.status not in ACTIVE_JOB_STATUSES:
+        raise ConflictError(f"job {job_id} has ended already ({job.status}): nothing to cancel")
+    now = utcnow()
+    job.status = JobStatus.CANCELLED
+    job.lease_owner = None
+    job.lease_expires_at = None
+    job.updated_at = now
+    job.finished_at = now
+    session.flush()
+    return job

@@ -205,12 +205,8 @@ def estimate_model(
     model = queries.get_model(session, model_name)
     kind = queries.get_device_kind(session, device_kind)
     links = queries.model_configs(session, model.id)
-    measured = queries.config_figures(
-        session,
-        [mc.config.id for mc in links],
-        [kind.id],
-        aggregate=aggregate,
-        cache_mode=cache_mode,
+    measured = queries.model_config_figures(
+        session, model.id, [kind.id], aggregate=aggregate, cache_mode=cache_mode
     )
     runs = queries.model_figures(
         session, [model.id], [kind.id], aggregate=aggregate, cache_mode=cache_mode

@@ -45,7 +45,7 @@ def test_upload_then_read(client: TestClient) -> None:
     }
     again = client.post("/specs", params={"name": "x.yaml"}, content=text, headers=AUTH)
     assert again.json()["status"] == "unchanged"
-    models = client.get("/models").json()
+    models = client.get("/models").json()["items"]
     assert [(m["name"], m["configs"], m["calls"], m["flops"]) for m in models] == [
         ("mlp-small-b8", 4, 5, 3211264 + 2 * 2048 + 1048576 + 40960)
     ]
@@ -98,7 +98,7 @@ def test_invalid_spec_is_422_with_path(client: TestClient) -> None:
         "Unprocessable Entity",
     )
     assert body["detail"] == "bad.yaml: operators[0].inputs[0].shape[0]: must be positive, got -4"
-    assert client.get("/models").json() == []
+    assert client.get("/models").json()["items"] == []
 
 
 def test_unknown_model_is_404(client: TestClient) -> None:
@@ -120,7 +120,7 @@ def test_protected_reads(db_url: str) -> None:
     settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN), api_protect_reads=True)
     with TestClient(create_app(settings)) as c:
         assert c.get("/models").status_code == 401
-        assert c.get("/models", headers=AUTH).json() == []
+        assert c.get("/models", headers=AUTH).json()["items"] == []
 
 
 def test_body_over_the_limit(db_url: str) -> None:
@@ -139,7 +139,7 @@ def test_enqueue_estimate_and_jobs(client: TestClient) -> None:
     queued = client.post("/models/mlp-small-b8/jobs", json=body, headers=AUTH)
     assert queued.status_code == 201
     assert queued.json()["queued_configs"] == 4 and queued.json()["queued_model_run"] is True
-    assert client.get("/jobs").json() == {"queued": 5}
+    assert client.get("/jobs/counts").json() == {"queued": 5}
     est = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "fake:FakeGPU"})
     assert est.status_code == 200
     data = est.json()
@@ -156,7 +156,7 @@ def test_enqueue_interleaved(client: TestClient) -> None:
     queued = client.post("/models/mlp-small-b8/jobs", json=body, headers=AUTH)
     assert queued.status_code == 201
     assert queued.json()["queued_configs"] == 4 and queued.json()["queued_model_run"] is True
-    assert client.get("/jobs").json() == {"queued": 1}  # one job measures all of it
+    assert client.get("/jobs/counts").json() == {"queued": 1}  # one job measures all of it
     est = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "fake:FakeGPU"})
     data = est.json()
     assert data["between_ops_s"] is None and data["total_time_s"] == data["time_s"] == 0.0
@@ -191,7 +191,7 @@ def test_non_ascii_and_odd_tokens_are_401_not_500(client: TestClient) -> None:
         response = client.post("/specs", content=text, headers={"Authorization": header.encode()})
         assert response.status_code == 401, (header, response.text)
         assert response.headers["content-type"] == "application/problem+json"
-    assert client.get("/models").json() == []  # nothing was stored
+    assert client.get("/models").json()["items"] == []  # nothing was stored
 
 
 def test_an_unexpected_error_is_a_500_problem_and_the_server_goes_on(

@@ -5,6 +5,7 @@ boundary (one API request, one CLI command, one worker job) does. Estimates, the
 and the API all read through here; no other package builds SQL.
 """
 
+from operator_db.db.queries.configs import config_measurements, get_config, list_configs
 from operator_db.db.queries.devices import (
     device_kinds,
     find_device_kind,
@@ -12,6 +13,7 @@ from operator_db.db.queries.devices import (
     get_or_create_device_kind,
     get_or_create_host,
     kinds_measuring_model,
+    list_hosts,
 )
 from operator_db.db.queries.models import (
     ModelConfig,
@@ -19,6 +21,7 @@ from operator_db.db.queries.models import (
     ModelSummary,
     config_ids_by_key,
     config_spec,
+    delete_model,
     get_model,
     list_models,
     model_configs,
@@ -34,6 +37,7 @@ from operator_db.db.queries.results import (
     config_figures,
     has_model_run,
     measured_config_ids,
+    model_config_figures,
     model_figures,
 )
 from operator_db.db.queries.tables import TABLES, row_counts
@@ -47,10 +51,13 @@ __all__ = [
     "ModelSummary",
     "PeakFigure",
     "config_figures",
+    "config_measurements",
     "config_ids_by_key",
     "config_spec",
+    "delete_model",
     "device_kinds",
     "find_device_kind",
+    "get_config",
     "get_device_kind",
     "get_model",
     "get_or_create_device_kind",
@@ -58,9 +65,12 @@ __all__ = [
     "has_model_run",
     "has_spec_peaks",
     "kinds_measuring_model",
+    "list_configs",
+    "list_hosts",
     "list_models",
     "measured_config_ids",
     "model_configs",
+    "model_config_figures",
     "model_count",
     "model_figures",
     "model_operators",

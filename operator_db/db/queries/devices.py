@@ -89,3 +89,11 @@ def get_or_create_host(session: Session, hostname: str, device_id: str, kind_id:
     host.device_kind_id = kind_id
     session.flush()
     return host
+
+
+def list_hosts(session: Session, *, kind_id: int | None = None) -> list[Host]:
+    """Return the registered hosts (of one device kind, or all), most recently seen first."""
+    query = select(Host).order_by(Host.last_seen.desc(), Host.id)
+    if kind_id is not None:
+        query = query.where(Host.device_kind_id == kind_id)
+    return list(session.scalars(query))

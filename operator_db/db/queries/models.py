@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import Model, ModelOperator, OperatorConfig
@@ -33,10 +33,33 @@ class ModelSummary:
     """Σ count × parameters, in elements (a module called twice counts twice)."""
 
 
-def model_summaries(session: Session, *, name: str | None = None) -> list[ModelSummary]:
-    """Return every model (or the one called ``name``) with its totals, by name.
+def _model_filters(
+    name: str | None, mode: str | None, search: str | None
+) -> list[ColumnElement[bool]]:
+    where: list[ColumnElement[bool]] = []
+    if name is not None:
+        where.append(Model.name == name)
+    if mode is not None:
+        where.append(Model.mode == mode)
+    if search:
+        where.append(Model.name.contains(search, autoescape=True))
+    return where
 
-    Totals: configurations, calls, FLOPs and parameters (see :class:`ModelSummary`).
+
+def model_summaries(
+    session: Session,
+    *,
+    name: str | None = None,
+    mode: str | None = None,
+    search: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[ModelSummary]:
+    """Return the models with their totals, by name: all, or those matching the filters.
+
+    ``name`` exactly, ``mode`` (inference, training), ``search`` a part of the name; ``limit``
+    and ``offset`` page through them. Totals: configurations, calls, FLOPs and parameters (see
+    :class:`ModelSummary`).
     """
     query = (
         select(
@@ -56,8 +79,7 @@ def model_summaries(session: Session, *, name: str | None = None) -> list[ModelS
         .group_by(Model.id)
         .order_by(Model.name)
     )
-    if name is not None:
-        query = query.where(Model.name == name)
+    query = query.where(*_model_filters(name, mode, search)).offset(offset).limit(limit)
     return [ModelSummary(*(row[:4]), *(int(v) for v in row[4:])) for row in session.execute(query)]
 
 
@@ -87,9 +109,22 @@ def list_models(
     return list(session.scalars(query))
 
 
-def model_count(session: Session) -> int:
-    """Return the number of models stored."""
-    return session.scalar(select(func.count()).select_from(Model)) or 0
+def model_count(session: Session, *, mode: str | None = None, search: str | None = None) -> int:
+    """Return the number of models stored (of ``mode``, with ``search`` in their name)."""
+    query = select(func.count()).select_from(Model).where(*_model_filters(None, mode, search))
+    return session.scalar(query) or 0
+
+
+def delete_model(session: Session, name: str) -> None:
+    """Delete the model ``name``: its operator list, jobs and full-model runs go with it.
+
+    Its configurations and their measurements stay: other models may share them. Flushes.
+
+    Raises:
+        NotFoundError: no such model.
+    """
+    session.delete(get_model(session, name))
+    session.flush()
 
 
 @dataclass(frozen=True)
@@ -111,11 +146,15 @@ def models_configs(
     *,
     measurable_only: bool = False,
     form: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> dict[int, list[ModelConfig]]:
     """Return the configurations of each model, in spec order, by model id.
 
     ``measurable_only`` leaves out opaque configurations; ``form`` keeps only that form
     (``module``, ``function`` or ``opaque``). A model without configurations maps to ``[]``.
+    ``limit`` and ``offset`` page through one model's configurations (with several models they
+    apply to all of them together).
     """
     out: dict[int, list[ModelConfig]] = {model_id: [] for model_id in model_ids}
     ids = sorted(out)
@@ -130,6 +169,8 @@ def models_configs(
             query = query.where(OperatorConfig.form != "opaque")
         if form is not None:
             query = query.where(OperatorConfig.form == form)
+        if limit is not None or offset:
+            query = query.offset(offset).limit(limit)
         for link, cfg in session.execute(query):
             out[link.model_id].append(
                 ModelConfig(cfg, link.count, link.position, [str(x) for x in link.locations])
@@ -138,10 +179,23 @@ def models_configs(
 
 
 def model_configs(
-    session: Session, model_id: int, *, measurable_only: bool = False, form: str | None = None
+    session: Session,
+    model_id: int,
+    *,
+    measurable_only: bool = False,
+    form: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> list[ModelConfig]:
     """Return a model's configurations in spec order (see :func:`models_configs`)."""
-    return models_configs(session, [model_id], measurable_only=measurable_only, form=form)[model_id]
+    return models_configs(
+        session,
+        [model_id],
+        measurable_only=measurable_only,
+        form=form,
+        limit=limit,
+        offset=offset,
+    )[model_id]
 
 
 @dataclass(frozen=True)
@@ -159,8 +213,10 @@ class ModelOperatorRow:
     locations: list[str]
 
 
-def model_operators(session: Session, name: str) -> list[ModelOperatorRow]:
-    """Return the configurations of model ``name`` in spec order.
+def model_operators(
+    session: Session, name: str, *, limit: int | None = None, offset: int = 0
+) -> list[ModelOperatorRow]:
+    """Return the configurations of model ``name`` in spec order (``limit``/``offset``: a page).
 
     Raises:
         NotFoundError: no such model.
@@ -178,7 +234,7 @@ def model_operators(session: Session, name: str) -> list[ModelOperatorRow]:
             mc.config.params,
             list(mc.locations),
         )
-        for mc in model_configs(session, model.id)
+        for mc in model_configs(session, model.id, limit=limit, offset=offset)
     ]
 
 

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Float, cast, null, select
+from sqlalchemy import Float, Select, cast, null, select
 from sqlalchemy.orm import Session
 
-from operator_db.db.models import FullModelRun, Measurement
+from operator_db.db.models import FullModelRun, Measurement, ModelOperator
 
 Aggregate = Literal["latest", "median"]
 """How several results of one target become one figure: the newest, or the median of all."""
@@ -84,14 +84,37 @@ def _figures(
     session: Session,
     table: type[Measurement] | type[FullModelRun],
     target: Any,
-    target_ids: Sequence[int] | None,
+    target_ids: Sequence[int] | Select[Any] | None,
     kind_ids: Sequence[int],
     timing: str | None,
     aggregate: Aggregate,
     cache_mode: str,
 ) -> dict[FigureKey, Figure]:
-    if (target_ids is not None and not target_ids) or not kind_ids:
+    if (target_ids is not None and not isinstance(target_ids, Select) and not target_ids) or (
+        not kind_ids
+    ):
         return {}
+    if isinstance(target_ids, Select):  # one query whatever the number of targets
+        query = _figure_query(table, target, kind_ids, timing, cache_mode)
+        return _aggregate(session.execute(query.where(target.in_(target_ids))), aggregate)
+    ids: list[int] | None = None if target_ids is None else sorted(set(target_ids))
+    rows: list[Any] = []
+    for start in range(0, 1 if ids is None else len(ids), _CHUNK):
+        query = _figure_query(table, target, kind_ids, timing, cache_mode)
+        if ids is not None:
+            query = query.where(target.in_(ids[start : start + _CHUNK]))
+        rows.extend(session.execute(query))
+    return _aggregate(rows, aggregate)
+
+
+def _figure_query(
+    table: type[Measurement] | type[FullModelRun],
+    target: Any,
+    kind_ids: Sequence[int],
+    timing: str | None,
+    cache_mode: str,
+) -> Select[Any]:
+    """Select the columns a figure needs (never the raw samples or the provenance)."""
     model_only = (
         (FullModelRun.hollow_time_s, FullModelRun.hollow_host_time_s)
         if table is FullModelRun
@@ -100,28 +123,48 @@ def _figures(
             cast(null(), Float).label("hollow_host_time_s"),
         )
     )
-    ids: list[int] | None = None if target_ids is None else sorted(set(target_ids))
-    rows: list[Any] = []
-    for start in range(0, 1 if ids is None else len(ids), _CHUNK):
-        query = select(
-            target.label("target_id"),
-            table.device_kind_id,
-            table.timing,
-            table.created_at,
-            table.id,
-            table.time_median_s,
-            table.energy_per_call_j,
-            table.dynamic_energy_per_call_j,
-            table.host_time_per_call_s,
-            table.flags,
-            *model_only,
-        ).where(table.device_kind_id.in_(list(kind_ids)), table.cache_mode == cache_mode)
-        if ids is not None:
-            query = query.where(target.in_(ids[start : start + _CHUNK]))
-        if timing is not None:
-            query = query.where(table.timing == timing)
-        rows.extend(session.execute(query))
-    return _aggregate(rows, aggregate)
+    query = select(
+        target.label("target_id"),
+        table.device_kind_id,
+        table.timing,
+        table.created_at,
+        table.id,
+        table.time_median_s,
+        table.energy_per_call_j,
+        table.dynamic_energy_per_call_j,
+        table.host_time_per_call_s,
+        table.flags,
+        *model_only,
+    ).where(table.device_kind_id.in_(list(kind_ids)), table.cache_mode == cache_mode)
+    if timing is not None:
+        query = query.where(table.timing == timing)
+    return query
+
+
+def model_config_figures(
+    session: Session,
+    model_id: int,
+    kind_ids: Sequence[int],
+    *,
+    timing: str | None = None,
+    aggregate: Aggregate = "latest",
+    cache_mode: str = "warm",
+) -> dict[FigureKey, Figure]:
+    """Return the figures of every configuration of a model, in one query.
+
+    The same as :func:`config_figures` over the model's configurations, whatever their number.
+    """
+    of_model = select(ModelOperator.config_id).where(ModelOperator.model_id == model_id)
+    return _figures(
+        session,
+        Measurement,
+        Measurement.config_id,
+        of_model,
+        kind_ids,
+        timing,
+        aggregate,
+        cache_mode,
+    )
 
 
 def config_figures(

@@ -1,0 +1,13 @@
+"""The routes, one module per resource; each route is a few lines over library calls."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.routes import configs, devices, jobs, models, service, specs
+
+router = APIRouter()
+for module in (service, specs, models, configs, jobs, devices):
+    router.include_router(module.router)
+
+__all__ = ["router"]

@@ -1,0 +1,148 @@
+"""Models: list, detail, operators, delete, estimate, roofline plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response, status
+
+from api.deps import ReadSessionDep, SessionDep
+from api.routes.common import READ, WRITE, Limit, Name, Offset
+from api.schemas import EstimateOut, ModelDetail, ModelSummaryOut, OperatorOut, Page
+from operator_db.db import queries
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.peaks import best_peaks, peaks_for_kind
+from operator_db.estimate.rooflines import model_roofline
+
+router = APIRouter(tags=["models"], dependencies=READ)
+writes = APIRouter(tags=["models"], dependencies=WRITE)
+
+DETAIL_OPERATORS = 100
+"""Operators a model's detail lists (the rest: ``/models/{name}/operators``)."""
+
+
+@router.get("/models")
+def list_models(
+    session: ReadSessionDep,
+    limit: Limit = 100,
+    offset: Offset = 0,
+    mode: Literal["inference", "training"] | None = None,
+    search: Annotated[str | None, Query(max_length=200, description="Part of the name.")] = None,
+) -> Page[ModelSummaryOut]:
+    """List models with their configurations, calls, FLOPs and parameters, by name."""
+    rows = queries.model_summaries(session, mode=mode, search=search, limit=limit, offset=offset)
+    return Page(
+        items=[ModelSummaryOut(**vars(s)) for s in rows],
+        total=queries.model_count(session, mode=mode, search=search),
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/models/{name}")
+def get_model(name: str, session: ReadSessionDep) -> ModelDetail:
+    """Return a model with its totals and its first configurations in spec order."""
+    model = queries.get_model(session, name)
+    [summary] = queries.model_summaries(session, name=name)
+    operators = queries.model_operators(session, name, limit=DETAIL_OPERATORS)
+    return ModelDetail(
+        **vars(summary),
+        inputs=list(model.inputs),
+        dtype=model.dtype,
+        spec_hash=model.spec_hash,
+        operators=[OperatorOut(**vars(row)) for row in operators],
+    )
+
+
+@router.get("/models/{name}/operators")
+def list_model_operators(
+    name: str, session: ReadSessionDep, limit: Limit = 100, offset: Offset = 0
+) -> Page[OperatorOut]:
+    """Page through a model's configurations in spec order, with its counts and locations."""
+    rows = queries.model_operators(session, name, limit=limit, offset=offset)
+    [summary] = queries.model_summaries(session, name=name)
+    return Page(
+        items=[OperatorOut(**vars(row)) for row in rows],
+        total=summary.configs,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@writes.delete("/models/{name}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_model(name: str, session: SessionDep) -> Response:
+    """Delete a model with its jobs and full-model runs; its configurations' results stay."""
+    queries.delete_model(session, name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/models/{name}/estimate", tags=["estimates"])
+def get_estimate(
+    name: str,
+    session: ReadSessionDep,
+    device_kind: Name,
+    timing: Literal["eager", "graph"] = "eager",
+    energy: Literal["total", "dynamic"] = "total",
+    cache_mode: Literal["warm", "cold"] = "warm",
+    aggregate: Literal["latest", "median"] = "latest",
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> EstimateOut:
+    """Compose the model's time and energy on a device kind from its measured operators.
+
+    The same figures as `opdb estimate`; the configurations come a page at a time, costliest
+    first.
+    """
+    model = queries.get_model(session, name)
+    peaks = best_peaks(peaks_for_kind(session, device_kind), model.dtype)
+    est = estimate_model(
+        session,
+        name,
+        device_kind,
+        timing=timing,
+        energy=energy,
+        peaks=peaks,
+        cache_mode=cache_mode,
+        aggregate=aggregate,
+    )
+    ranked = est.configs.sort_values("time_s", ascending=False, na_position="last", kind="stable")
+    page = ranked.iloc[offset : offset + limit]
+    summary = {k: _finite(v) for k, v in est.summary().items()}
+    return EstimateOut(
+        **summary,
+        by_op=json.loads(est.by_op.to_json(orient="records")),
+        configurations=json.loads(page.to_json(orient="records")),
+        configurations_total=len(est.configs),
+    )
+
+
+def _finite(value: object) -> object:
+    """Return None for a NaN or infinite float (JSON has neither), else the value."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+@router.get(
+    "/models/{name}/roofline",
+    tags=["estimates"],
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"image/png": {}, "image/svg+xml": {}},
+            "description": "The roofline plot.",
+        }
+    },
+)
+def get_roofline(
+    name: str,
+    session: ReadSessionDep,
+    device_kind: Name,
+    fmt: Annotated[Literal["png", "svg"], Query(alias="format")] = "png",
+) -> Response:
+    """Draw the model on the device kind's roofline: roofs, one point per configuration."""
+    body = model_roofline(session, name, device_kind).render(fmt)
+    return Response(body, media_type="image/png" if fmt == "png" else "image/svg+xml")
+
+
+router.include_router(writes)
