@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
-from api import metrics, problems
+from api import metrics, openapi, problems
+from api.deps import refuse_nul
 from api.routes import router
 from operator_db import __version__
 from operator_db.config import Settings, get_settings
@@ -30,8 +31,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Per-operator time and energy of PyTorch models.",
         lifespan=lifespan,
+        generate_unique_id_function=openapi.operation_id,
+        dependencies=[Depends(refuse_nul)],
     )
     problems.install(app)
+    openapi.install(app, chosen)
     metrics.install(app)
     app.include_router(router)
     return app

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -23,6 +24,17 @@ bearer = HTTPBearer(
     "protects reads.",
 )
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+
+
+def refuse_nul(request: Request) -> None:
+    """Refuse a NUL character in the path or the query: no name holds one (nor can PostgreSQL)."""
+    where = "path" if "\x00" in request.scope["path"] else None
+    if where is None and any("\x00" in k + v for k, v in request.query_params.multi_items()):
+        where = "query"
+    if where is not None:
+        raise RequestValidationError(
+            [{"loc": (where,), "msg": "a NUL character is not allowed", "type": "value_error"}]
+        )
 
 
 def get_settings_dep(request: Request) -> Settings:

@@ -14,10 +14,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from operator_db.errors import (
     AuthenticationError,
@@ -47,6 +47,8 @@ _STATUS: list[tuple[type[OperatorDBError], int]] = [
 
 ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 500, 503)
 """Statuses the API may answer with a problem document; OpenAPI declares them all."""
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 class Problem(BaseModel):
@@ -104,7 +106,22 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-    return problem(exc.status_code, detail, "HTTPError", request, dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return problem(exc.status_code, detail, "HTTPError", request, headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Return every method some route serves at the request's path (405's ``Allow``)."""
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in request.app.routes
+        )
+    ]
 
 
 async def _catch_all(
@@ -121,29 +138,14 @@ async def _catch_all(
 
 
 def install(app: FastAPI) -> None:
-    """Register the problem handlers and the OpenAPI declaration of the error responses."""
+    """Register the problem handlers (``api.openapi`` declares the error responses)."""
     app.add_exception_handler(OperatorDBError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.middleware("http")(_catch_all)
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = _with_problems(
-                get_openapi(
-                    title=app.title,
-                    version=app.version,
-                    summary=app.summary,
-                    description=app.description,
-                    routes=app.routes,
-                )
-            )
-        return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _with_problems(schema: dict[str, Any]) -> dict[str, Any]:
+def with_problems(schema: dict[str, Any]) -> dict[str, Any]:
     """Declare a problem document for every error response of every operation."""
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")

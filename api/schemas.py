@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from datetime import UTC, datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 T = TypeVar("T")
+
+
+def _as_utc(value: datetime) -> datetime:
+    # The store writes UTC; SQLite hands it back without a zone. RFC 3339 needs the offset.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
+"""A moment in UTC, written with its offset (RFC 3339 ``date-time``)."""
+
+
+def _not_a_boolean(value: object) -> object:
+    # JSON's true is not the number 1: a boolean where a number belongs is the client's mistake.
+    if isinstance(value, bool):
+        raise ValueError("a number is expected, not a boolean")
+    return value
+
+
+NotBool = BeforeValidator(_not_a_boolean)
+"""Refuses ``true``/``false`` for a number (pydantic's lax mode would take them as 1 and 0)."""
 
 
 class Page(BaseModel, Generic[T]):
@@ -120,15 +140,20 @@ class EstimateOut(BaseModel):
 class EnqueueIn(BaseModel):
     """Which device kind to measure a model on, and how urgently."""
 
+    model_config = ConfigDict(extra="forbid")
+
     device_kind: str = Field(
         min_length=1,
         max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
         description="The device kind's name, e.g. 'NVIDIA H100 80GB HBM3' (created if new).",
     )
-    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000, description="Higher runs first.")
-    coverage: float = Field(default=0.9, gt=0, le=1)
-    model_run: bool = True
-    interleaved: bool = Field(
+    priority: Annotated[int, NotBool] = Field(
+        default=0, ge=-1_000_000, le=1_000_000, description="Higher runs first."
+    )
+    coverage: Annotated[float, NotBool] = Field(default=0.9, gt=0, le=1)
+    model_run: StrictBool = True
+    interleaved: StrictBool = Field(
         default=False,
         description="One job measuring the model and all its configurations in interleaved "
         "rounds on one host (needs model_run).",
@@ -191,7 +216,7 @@ class MeasurementOut(BaseModel):
     flags: list[str]
     host_id: int | None
     job_id: int | None
-    created_at: datetime
+    created_at: Timestamp
 
 
 class JobOut(BaseModel):
@@ -207,12 +232,12 @@ class JobOut(BaseModel):
     attempts: int
     max_attempts: int
     lease_owner: str | None
-    lease_expires_at: datetime | None
+    lease_expires_at: Timestamp | None
     last_error: str | None
     options: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
+    created_at: Timestamp
+    updated_at: Timestamp
+    finished_at: Timestamp | None
 
 
 class HostOut(BaseModel):
@@ -224,8 +249,8 @@ class HostOut(BaseModel):
     device_kind: str
     counter_update_period_s: float | None
     idle_power_w: float | None
-    first_seen: datetime
-    last_seen: datetime
+    first_seen: Timestamp
+    last_seen: Timestamp
 
 
 class PeakOut(BaseModel):

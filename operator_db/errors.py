@@ -26,7 +26,7 @@ class SpecError(OperatorDBError):
 
 
 class NotFoundError(OperatorDBError):
-    """A model, operator configuration, device kind or job does not exist."""
+    """A model, configuration, device kind or job does not exist, or a plot has nothing to draw."""
 
 
 class ConflictError(OperatorDBError):

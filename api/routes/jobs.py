@@ -16,7 +16,8 @@ from operator_db.estimate.significant import enqueue_significant_first
 router = APIRouter(tags=["jobs"], dependencies=READ)
 writes = APIRouter(tags=["jobs"], dependencies=WRITE)
 
-JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+JobId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+"""A job id (the column is a 32-bit integer on PostgreSQL)."""
 
 
 def _job_out(session: ReadSessionDep | SessionDep, job: Job) -> JobOut:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from operator_db.errors import ConfigurationError, OperatorDBError
+from operator_db.errors import ConfigurationError, NotFoundError, OperatorDBError
 from operator_db.estimate.chips import ChipPeaks, find_chip
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ def plot_roofline(
     points = table[(table["op"] != "(model)") & table["achieved_flops_per_s"].notna()]
     points = points[(points["flops"] > 0) & (points["bytes"] > 0)]
     if points.empty:
-        raise OperatorDBError(
+        raise NotFoundError(
             f"nothing to plot: no measured configuration of {est.model} with FLOPs on "
             f"{est.device_kind} (run `opdb measure` or a worker first)"
         )

@@ -210,7 +210,7 @@ class ModelInfo(_Strict):
 class Spec(_Strict):
     """A whole YAML spec file."""
 
-    spec_version: int
+    spec_version: int = Field(json_schema_extra={"enum": list(SUPPORTED_SPEC_VERSIONS)})
     model: ModelInfo
     operators: list[OperatorSpec] = Field(min_length=1, max_length=100_000)
     provenance: dict[str, JsonValue] = Field(
