@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,42 +16,10 @@ from pydantic_core import ErrorDetails
 
 from operator_db.errors import SpecError
 from operator_db.specs.keys import operator_key, spec_content_hash
+from operator_db.specs.loader import YAMLLimitError, load_yaml
 from operator_db.specs.schema import SPEC_VERSION, SUPPORTED_SPEC_VERSIONS, Spec
 
 SPEC_SUFFIXES = (".yaml", ".yml")
-
-
-class _SpecLoader(yaml.SafeLoader):
-    """Safe YAML loader that refuses duplicate keys and reads ``1e-5`` as a float (YAML 1.2)."""
-
-
-def _construct_mapping(loader: _SpecLoader, node: yaml.MappingNode) -> dict[Hashable, Any]:
-    loader.flatten_mapping(node)
-    seen: dict[Hashable, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
-            )
-        seen[key] = loader.construct_object(value_node, deep=True)
-    return seen
-
-
-_SpecLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_SpecLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
 
 
 def format_loc(loc: Sequence[int | str]) -> str:
@@ -176,17 +144,20 @@ def parse_spec(data: object, source: str) -> LoadedSpec:
 
 
 def load_yaml_text(text: str, source: str) -> object:
-    """Parse YAML text with the spec loader.
+    """Parse YAML text with the spec loader (``operator_db.specs.loader``: safe and bounded).
 
     Raises:
-        SpecError: on a YAML syntax error, with the line and column.
+        SpecError: on a YAML syntax error, or a document over the loader's limits (nesting,
+            aliases), with the line and column.
     """
     try:
-        return yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+        return load_yaml(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = exc.problem or exc.context or "invalid YAML"
+        if isinstance(exc, YAMLLimitError):
+            raise SpecError(source, where, f"YAML over a limit: {problem}") from None
         raise SpecError(source, where, f"invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise SpecError(source, "", f"invalid YAML: {str(exc).splitlines()[0]}") from None
