@@ -34,6 +34,7 @@ from operator_db.ops.encoding import EncodingError, dtype_name, encode_value
 from operator_db.ops.flops import FlopTally, Tally
 from operator_db.ops.resolve import function_name, is_property_access
 from operator_db.specs.keys import operator_key
+from operator_db.specs.limits import MAX_JSON_STRING
 from operator_db.specs.schema import CallSpec, Mode, OperatorSpec, TensorSpec
 
 CustomLeaves = Literal["opaque", "trace"]
@@ -310,7 +311,7 @@ class Recorder:
             }
             opaque_args: dict[str, JsonValue] = {"state": state}  # type: ignore[dict-item]
             if module.extra_repr():
-                opaque_args["extra_repr"] = module.extra_repr()
+                opaque_args["extra_repr"] = module.extra_repr()[:MAX_JSON_STRING]
             op = OperatorSpec(
                 op=_opaque_name(f"{cls.__module__}.{cls.__qualname__}"),
                 form="opaque",

@@ -278,7 +278,10 @@ def _provenance(
     if fallback:
         found["fallback"] = fallback
     if opaque:
-        found["opaque"] = [f"{o.op} at {', '.join(o.locations[:3])}: {o.reason}" for o in opaque]
+        # Bounded: provenance is free-form JSON of at most 64 KiB (specs/limits.py).
+        lines = [f"{o.op} at {', '.join(o.locations[:3])}: {o.reason}"[:500] for o in opaque]
+        more = [f"and {len(lines) - 50} more"] if len(lines) > 50 else []
+        found["opaque"] = [*lines[:50], *more]
     if skipped:
         found["skipped"] = {k: v for k, v in skipped.items()}
     return found

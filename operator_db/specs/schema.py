@@ -10,7 +10,24 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
+
+from operator_db.specs.limits import (
+    INT64_MAX,
+    MAX_LOCATION_CHARS,
+    MAX_LOCATIONS,
+    Int64,
+    JsonList,
+    JsonObject,
+)
 
 SPEC_VERSION = 2
 """The spec format version this code writes. Version 2 renamed an operator's ``kind`` to
@@ -57,15 +74,30 @@ DTYPE_BYTES: dict[str, int] = {
 MAX_DIM = 2**31 - 1
 """Largest single dimension accepted, in elements."""
 MAX_NUMEL = 2**40
-"""Largest tensor accepted, in elements (an absurd shape is refused before anything allocates)."""
+"""Largest tensor the format accepts, in elements (an absurd shape is refused before anything
+allocates); where specs come in, the lower ``OPDB_MAX_TENSOR_NUMEL`` applies (ops/admission.py)."""
 
 Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
-Count = Annotated[int, Field(ge=1)]
-NonNegative = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=1, le=INT64_MAX)]
+NonNegative = Annotated[int, Field(ge=0, le=INT64_MAX)]
 OpName = Annotated[
     str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", max_length=300)
 ]
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+@-]*$", max_length=200)]
+
+
+def _no_nul(value: object) -> object:
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("must not hold a NUL character")
+    return value
+
+
+# Free text of bounded length that PostgreSQL can store (no NUL character).
+ShortText = Annotated[str, Field(max_length=200), BeforeValidator(_no_nul)]
+RuleName = Annotated[str, Field(max_length=100), BeforeValidator(_no_nul)]
+Reference = Annotated[str, Field(max_length=500), BeforeValidator(_no_nul)]
+Location = Annotated[str, Field(max_length=MAX_LOCATION_CHARS), BeforeValidator(_no_nul)]
+Prose = Annotated[str, Field(max_length=2000), BeforeValidator(_no_nul)]
 Mode = Literal["inference", "training"]
 OpForm = Literal["module", "function", "opaque"]
 """How an operator is run: a ``module`` (a torch.nn leaf rebuilt from its constructor arguments),
@@ -83,8 +115,8 @@ class TensorSpec(_Strict):
 
     shape: list[Dim] = Field(max_length=16)
     dtype: DType = "float32"
-    name: str | None = Field(default=None, max_length=200)
-    value_range: tuple[int, int] | None = Field(
+    name: ShortText | None = None
+    value_range: tuple[Int64, Int64] | None = Field(
         default=None,
         description="For integer inputs, values are drawn from [low, high) (e.g. token ids).",
     )
@@ -134,8 +166,8 @@ class CallSpec(_Strict):
     literal JSON value (numbers, strings, booleans, null, lists, mappings).
     """
 
-    args: list[JsonValue] = Field(default_factory=list)
-    kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+    args: JsonList = Field(default_factory=list)
+    kwargs: JsonObject = Field(default_factory=dict)
 
 
 def tensor_refs(value: JsonValue) -> list[int]:
@@ -154,9 +186,7 @@ class OperatorSpec(_Strict):
 
     op: OpName = Field(description="Dotted name: torch.nn.Conv2d, torch.nn.functional.relu, ...")
     form: OpForm = Field(description="module (rebuilt from args), function, or opaque.")
-    args: dict[str, JsonValue] = Field(
-        default_factory=dict, description="Constructor arguments of a module."
-    )
+    args: JsonObject = Field(default_factory=dict, description="Constructor arguments of a module.")
     dtype: DType | None = Field(default=None, description="Parameter dtype of a module.")
     inputs: list[TensorSpec] = Field(default_factory=list, max_length=64)
     call: CallSpec | None = Field(
@@ -168,12 +198,14 @@ class OperatorSpec(_Strict):
     flops_backward: NonNegative | None = Field(
         default=None, description="Backward FLOPs per call (training specs)."
     )
-    flop_rule: str | None = Field(default=None, max_length=100)
+    flop_rule: RuleName | None = None
     bytes: NonNegative | None = Field(
         default=None, description="Compulsory bytes per call: inputs, weights, outputs once."
     )
     params: NonNegative = Field(default=0, description="Parameter count (elements).")
-    locations: list[str] = Field(default_factory=list, description="Module names where it runs.")
+    locations: list[Location] = Field(
+        default_factory=list, max_length=MAX_LOCATIONS, description="Module names where it runs."
+    )
     key: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
     @model_validator(mode="after")
@@ -192,19 +224,18 @@ class ModelInfo(_Strict):
     """The model a spec describes and how it was fed."""
 
     name: ModelName
-    reference: str | None = Field(
+    reference: Reference | None = Field(
         default=None,
-        max_length=500,
         description="torchvision:NAME, timm:NAME, transformers:CLASS, module:pkg.mod:factory",
     )
-    overrides: dict[str, JsonValue] = Field(
+    overrides: JsonObject = Field(
         default_factory=dict, description="Constructor or config overrides for the reference."
     )
     mode: Mode = "inference"
     dtype: DType = "float32"
     batch_size: Count | None = None
     inputs: list[TensorSpec] = Field(default_factory=list, max_length=64)
-    description: str | None = Field(default=None, max_length=2000)
+    description: Prose | None = None
 
 
 class Spec(_Strict):
@@ -213,7 +244,7 @@ class Spec(_Strict):
     spec_version: int = Field(json_schema_extra={"enum": list(SUPPORTED_SPEC_VERSIONS)})
     model: ModelInfo
     operators: list[OperatorSpec] = Field(min_length=1, max_length=100_000)
-    provenance: dict[str, JsonValue] = Field(
+    provenance: JsonObject = Field(
         default_factory=dict, description="Who harvested it, with which versions, when."
     )
     processed: bool = Field(
@@ -227,3 +258,18 @@ class Spec(_Strict):
             known = ", ".join(str(v) for v in SUPPORTED_SPEC_VERSIONS)
             raise ValueError(f"unknown spec_version {version}; this operator-db reads {known}")
         return version
+
+    @model_validator(mode="after")
+    def _totals_fit(self) -> Spec:
+        # The database sums count × FLOPs (bytes, parameters) per model in 64-bit integers.
+        for name in ("flops", "flops_backward", "bytes", "params"):
+            total = sum(op.count * (getattr(op, name) or 0) for op in self.operators)
+            if total > INT64_MAX:
+                raise ValueError(
+                    f"the model's {name} (count × {name}, summed over operators) is {total}, "
+                    "over 2**63 - 1"
+                )
+        calls = sum(op.count for op in self.operators)
+        if calls > INT64_MAX:
+            raise ValueError(f"the model's calls (counts summed) are {calls}, over 2**63 - 1")
+        return self
