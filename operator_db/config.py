@@ -201,6 +201,14 @@ class Settings(BaseSettings):
     max_spec_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Largest YAML spec accepted, in bytes."
     )
+    max_tensor_numel: int = Field(
+        default=2**33,
+        gt=0,
+        le=2**40,
+        description="Largest tensor a spec may ask for, in elements (inputs, outputs, a strided "
+        "input's storage, a module's parameters and buffers together); checked where specs come "
+        "in. 2**40 is the format's own limit.",
+    )
     auto_upgrade_sqlite: bool = Field(
         default=True, description="Bring a SQLite database to the latest schema on first use."
     )

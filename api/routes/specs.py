@@ -14,6 +14,7 @@ from operator_db.config import Settings
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.errors import SpecError, TooLargeError
+from operator_db.ops.admission import admit_spec
 from operator_db.specs import load_spec_text
 
 router = APIRouter(tags=["specs"], dependencies=WRITE)
@@ -45,6 +46,9 @@ async def upload_spec(
 ) -> IngestedSpec:
     """Validate a YAML spec (the request body) whole and store it in one transaction.
 
+    The spec is checked as ``opdb ingest`` checks a file (``ops.admission.admit_spec``): allowed
+    ops, typed constructor arguments, tensors within ``OPDB_MAX_TENSOR_NUMEL``.
+
     Re-uploading the same spec changes nothing; changed content replaces the model's operators.
     The body is read in bounded chunks (413 past the limit); parsing, validation and storing run
     in a worker thread, so the server goes on answering meanwhile.
@@ -58,15 +62,15 @@ async def upload_spec(
         body += chunk
         if len(body) > limit:
             raise TooLargeError(f"{name}: body over the limit of {limit} bytes")
-    return await run_in_threadpool(_ingest, store, bytes(body), name)
+    return await run_in_threadpool(_ingest, store, bytes(body), name, settings.max_tensor_numel)
 
 
-def _ingest(store: Store, body: bytes, name: str) -> IngestedSpec:
+def _ingest(store: Store, body: bytes, name: str, max_tensor_numel: int) -> IngestedSpec:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(name, "", f"not UTF-8 text (byte {exc.start})") from None
-    loaded = load_spec_text(text, name)
+    loaded = admit_spec(load_spec_text(text, name), max_tensor_numel=max_tensor_numel)
     with store.transaction() as session:
         [result] = ingest_specs(session, [loaded])
     return IngestedSpec(**vars(result))

@@ -13,11 +13,9 @@ from typing import Annotated
 import typer
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-from operator_db.cli.ingest import summary_table
-from operator_db.config import get_settings
+from operator_db.cli.ingest import admitted_specs, summary_table
 from operator_db.db.ingest import ingest_specs
 from operator_db.errors import ConfigurationError
-from operator_db.specs import load_specs
 
 
 def example_specs_dir() -> Path:
@@ -50,7 +48,6 @@ def demo(
     from operator_db.estimate.report import build_report
     from operator_db.harvest import harvest, parse_input
 
-    settings = get_settings()
     out.mkdir(parents=True, exist_ok=True)
     console.rule("1. harvest")
     example = [parse_input(text) for text in inputs] if inputs else None
@@ -63,7 +60,7 @@ def demo(
         f"{result.seconds:.2f} s → {spec_path}"
     )
     console.rule("2. ingest")
-    specs = load_specs([example_specs_dir(), spec_path], max_bytes=settings.max_spec_bytes)
+    specs = admitted_specs([example_specs_dir(), spec_path])
     with open_store(db) as store, store.transaction() as session:
         console.print(f"database: {store.display_url}")
         results = ingest_specs(session, specs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,8 @@ from rich.table import Table
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.config import get_settings
 from operator_db.db.ingest import IngestResult, ingest_specs
-from operator_db.specs import load_specs
+from operator_db.ops.admission import admit_spec
+from operator_db.specs import LoadedSpec, load_specs
 from operator_db.specs.io import mark_processed
 
 
@@ -41,6 +43,19 @@ def summary_table(results: list[IngestResult]) -> Table:
     return table
 
 
+def admitted_specs(paths: Sequence[str | Path]) -> list[LoadedSpec]:
+    """Load and validate spec files whole, and check them at the door (``ops.admission``).
+
+    Raises:
+        SpecError: the first file that is not valid, or asks what a worker may not run.
+    """
+    settings = get_settings()
+    return [
+        admit_spec(loaded, max_tensor_numel=settings.max_tensor_numel)
+        for loaded in load_specs(paths, max_bytes=settings.max_spec_bytes)
+    ]
+
+
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Spec files, directories or globs.")],
     db: DatabaseOption = None,
@@ -53,8 +68,7 @@ def ingest(
     Nothing is written unless every file is valid. Re-ingesting a spec changes nothing; a spec whose
     content changed replaces its model's operator list.
     """
-    settings = get_settings()
-    specs = load_specs(paths, max_bytes=settings.max_spec_bytes)
+    specs = admitted_specs(paths)
     with open_store(db) as store, store.transaction() as session:
         results = ingest_specs(session, specs)
     for r in results:

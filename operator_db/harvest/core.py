@@ -27,12 +27,21 @@ from operator_db.harvest.refs import (
     load_model,
     parse_reference,
 )
+from operator_db.ops.admission import admit_spec
 from operator_db.ops.cost import OpCost, compulsory_bytes, op_cost
 from operator_db.ops.encoding import dtype_name
 from operator_db.ops.flops import counted_by_flop_counter
 from operator_db.specs.io import parse_spec, write_spec
 from operator_db.specs.keys import operator_key
-from operator_db.specs.schema import SPEC_VERSION, Mode, ModelInfo, OperatorSpec, Spec, TensorSpec
+from operator_db.specs.schema import (
+    MAX_NUMEL,
+    SPEC_VERSION,
+    Mode,
+    ModelInfo,
+    OperatorSpec,
+    Spec,
+    TensorSpec,
+)
 
 RunDevice = Literal["auto", "meta", "cpu"]
 
@@ -373,7 +382,11 @@ def harvest(
         operators=operators,
         provenance=_provenance(ref, used, fallback, custom_leaves, opaque, recorder.skipped),
     )
-    parse_spec(spec.model_dump(mode="json"), f"harvest of {info.name}")  # what we write is valid
+    # What we write is valid, and passes the door (at the format's tensor limit: no settings here).
+    admit_spec(
+        parse_spec(spec.model_dump(mode="json"), f"harvest of {info.name}"),
+        max_tensor_numel=MAX_NUMEL,
+    )
     if recorder.skipped:
         warnings.append(
             "skipped calls on tensors a spec cannot describe: "

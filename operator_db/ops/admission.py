@@ -1,0 +1,82 @@
+"""The door for specs: what a valid spec may ask of a worker, checked before anything is stored.
+
+The schema (``specs/``) checks the format alone. Here a spec is checked against torch and the
+settings, the same way wherever it comes in (``opdb ingest``, ``POST /specs``, a harvest):
+
+- a ``module`` or ``function`` operator must name an op of the allow-list, resolved by the same
+  functions the worker builds with (``ops/resolve.py``); an ``opaque`` one is only a name (the
+  schema's dotted-name pattern), never run;
+- a module's constructor arguments must fit its class, and its parameters and buffers stay within
+  ``max_tensor_numel`` elements (``ops/arguments.py``);
+- every tensor (inputs and outputs of the model and of each operator), and the storage behind a
+  strided input, holds at most ``max_tensor_numel`` elements (``OPDB_MAX_TENSOR_NUMEL``).
+"""
+
+from __future__ import annotations
+
+from operator_db.errors import SpecError
+from operator_db.ops.arguments import ArgumentError, check_module_args
+from operator_db.ops.build import storage_numel
+from operator_db.ops.encoding import EncodingError, input_strides
+from operator_db.ops.resolve import UnknownOperatorError, resolve_function
+from operator_db.specs.io import LoadedSpec
+from operator_db.specs.schema import OperatorSpec, TensorSpec
+
+
+def admit_spec(loaded: LoadedSpec, *, max_tensor_numel: int) -> LoadedSpec:
+    """Return ``loaded`` if a worker may run what it asks (see the module documentation).
+
+    Raises:
+        SpecError: naming the spec, the place (``operators[3].args.in_features``) and the problem.
+    """
+    spec = loaded.spec
+    tensors = _tensors("model.inputs", spec.model.inputs)
+    for i, op in enumerate(spec.operators):
+        where = f"operators[{i}]"
+        tensors += _tensors(f"{where}.inputs", op.inputs) + _tensors(f"{where}.outputs", op.outputs)
+        problem = _operator_problem(op, max_tensor_numel)
+        if problem is not None:
+            path, message = problem
+            raise SpecError(loaded.source, f"{where}.{path}", message)
+    for path, tensor in tensors:
+        if tensor.numel > max_tensor_numel:
+            raise SpecError(
+                loaded.source, f"{path}.shape", _too_large(tensor.numel, max_tensor_numel)
+            )
+    return loaded
+
+
+def _tensors(path: str, tensors: list[TensorSpec]) -> list[tuple[str, TensorSpec]]:
+    return [(f"{path}[{j}]", t) for j, t in enumerate(tensors)]
+
+
+def _too_large(numel: int, limit: int) -> str:
+    return f"tensor of {numel} elements, over the limit of {limit} (OPDB_MAX_TENSOR_NUMEL)"
+
+
+def _operator_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | None:
+    """Return (path inside the operator, message) of what a worker would refuse, or None."""
+    try:
+        if op.form == "module":
+            check_module_args(op.op, op.args, max_numel=max_numel)
+        elif op.form == "function":
+            resolve_function(op.op)
+    except UnknownOperatorError as exc:
+        return "op", str(exc)
+    except ArgumentError as exc:
+        return ("args" if exc.name is None else f"args.{exc.name}"), f"{op.op}: {exc.detail}"
+    if op.call is None:
+        return None
+    try:
+        strides = input_strides(op.call.model_dump(mode="json"))
+    except EncodingError as exc:
+        return "call", str(exc)
+    for i, stride in strides.items():
+        if not 0 <= i < len(op.inputs) or len(stride) != len(op.inputs[i].shape):
+            return "call", f"the stride {stride} does not fit input {i}"
+        numel = storage_numel(op.inputs[i].shape, stride)
+        if numel > max_numel:
+            return "call", f"strided input {i}: storage of {numel} elements, over the limit of " + (
+                f"{max_numel} (OPDB_MAX_TENSOR_NUMEL)"
+            )
+    return None

@@ -1,0 +1,58 @@
+"""What the API refuses at the door, on both backends: each bad spec is a 422 problem document,
+and nothing is stored."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from api.app import create_app
+from operator_db.config import Settings
+from operator_db.db.store import Store
+from tests.door_cases import BAD_SPECS
+from tests.helpers import EXAMPLE_SPECS, relu_op, snapshot, spec_dict
+
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN))
+    with TestClient(create_app(settings)) as c:
+        text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
+        assert c.post("/specs", params={"name": "ok.yaml"}, content=text, headers=AUTH).is_success
+        yield c
+
+
+@pytest.mark.parametrize("case", list(BAD_SPECS))
+def test_bad_specs_are_422_and_store_nothing(client: TestClient, db_url: str, case: str) -> None:
+    text, detail = BAD_SPECS[case]
+    detail = f"bad.yaml: {detail}"
+    with Store.open(db_url) as store:
+        before = snapshot(store.engine)
+    start = time.perf_counter()
+    response = client.post("/specs", params={"name": "bad.yaml"}, content=text, headers=AUTH)
+    assert time.perf_counter() - start < 5
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert response.headers["content-type"] == "application/problem+json"
+    assert body["error"] == "SpecError"
+    assert body["detail"].startswith(detail), body["detail"]
+    assert client.get("/models").json()["total"] == 1
+    with Store.open(db_url) as store:
+        assert snapshot(store.engine) == before
+
+
+def test_the_tensor_limit_is_a_setting(db_url: str) -> None:
+    text = yaml.safe_dump(spec_dict("big", [relu_op([2**17, 2**17])]))  # 2**34 elements
+    for limit, status in ((2**33, 422), (2**34, 201)):
+        settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN), max_tensor_numel=limit)
+        with TestClient(create_app(settings)) as c:
+            response = c.post("/specs", params={"name": "big.yaml"}, content=text, headers=AUTH)
+            assert response.status_code == status, response.text

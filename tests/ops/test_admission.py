@@ -1,0 +1,126 @@
+"""The door for specs: allowed ops, typed module arguments, tensors within the setting; every
+shipped, example and harvested spec passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from operator_db.errors import SpecError
+from operator_db.harvest import harvest
+from operator_db.ops.admission import admit_spec
+from operator_db.specs import load_specs, parse_spec
+from tests.helpers import EXAMPLE_SPECS, linear_op, relu_op, spec_dict
+
+LIMIT = 2**33
+
+
+def refusal(data: dict[str, Any], limit: int = LIMIT) -> str:
+    with pytest.raises(SpecError) as info:
+        admit_spec(parse_spec(data, "x.yaml"), max_tensor_numel=limit)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def function_op(name: str, shape: list[int]) -> dict[str, Any]:
+    return {"op": name, "form": "function", "inputs": [{"shape": shape}], "outputs": []}
+
+
+def test_shipped_specs_pass() -> None:
+    for loaded in load_specs([EXAMPLE_SPECS], max_bytes=2**24):
+        assert admit_spec(loaded, max_tensor_numel=LIMIT) is loaded
+
+
+@pytest.mark.parametrize(
+    ("form", "op", "message"),
+    [
+        ("function", "os.system", "function 'os.system' is not an allowed operator"),
+        ("function", "torch.load", "function 'torch.load' is not an allowed operator"),
+        ("function", "torch.from_file", "function 'torch.from_file' is not an allowed operator"),
+        ("function", "torch.Tensor.tolist", "function 'torch.Tensor.tolist' is not an allowed"),
+        ("function", "torch.nn.functional.nope", "no operator 'torch.nn.functional.nope'"),
+        ("module", "os.system", "module 'os.system' is not a torch.nn class"),
+        ("module", "torch.nn.functional.relu", "'torch.nn.functional.relu' is not a torch.nn"),
+    ],
+)
+def test_ops_outside_the_allow_list_are_refused(form: str, op: str, message: str) -> None:
+    entry = {**function_op(op, [4, 4]), "form": form}
+    data = spec_dict(operators=[linear_op(), entry])
+    assert refusal(data).startswith(f"x.yaml: operators[1].op: {message}")
+
+
+def test_opaque_ops_are_names_only() -> None:
+    entry = {**function_op("my_lib.custom_op", [4, 4]), "form": "opaque"}
+    admit_spec(parse_spec(spec_dict(operators=[entry]), "x.yaml"), max_tensor_numel=LIMIT)
+    entry["op"] = "os.system; rm -rf /"
+    with pytest.raises(SpecError, match=r"operators\[0\]\.op: string should match pattern"):
+        parse_spec(spec_dict(operators=[entry]), "x.yaml")
+
+
+def test_module_arguments_are_checked() -> None:
+    op = linear_op()
+    op["args"]["in_features"] = "abc"
+    assert refusal(spec_dict(operators=[op])) == (
+        'x.yaml: operators[0].args.in_features: torch.nn.Linear: must be int, got "abc"'
+    )
+    op["args"] |= {"in_features": 2**20, "out_features": 2**20}
+    assert refusal(spec_dict(operators=[op])).startswith(
+        "x.yaml: operators[0].args: torch.nn.Linear: its parameters and buffers would hold "
+    )
+
+
+def test_tensors_are_bounded_by_the_setting() -> None:
+    big = relu_op([2**17, 2**17])  # 2**34 elements: within the format, over the default setting
+    assert refusal(spec_dict(operators=[big])) == (
+        f"x.yaml: operators[0].inputs[0].shape: tensor of {2**34} elements, over the limit of "
+        f"{LIMIT} (OPDB_MAX_TENSOR_NUMEL)"
+    )
+    admit_spec(parse_spec(spec_dict(operators=[big]), "x.yaml"), max_tensor_numel=2**34)
+    data = spec_dict(operators=[relu_op([4, 4])])
+    assert refusal(data, limit=63) == (
+        "x.yaml: model.inputs[0].shape: tensor of 64 elements, over the limit of 63 "
+        "(OPDB_MAX_TENSOR_NUMEL)"
+    )
+
+
+def test_strided_storage_is_bounded() -> None:
+    op = function_op("torch.Tensor.sum", [4, 4])
+    op["call"] = {"args": [{"strided": {"tensor": 0}, "stride": [2**40, 1]}]}
+    assert refusal(spec_dict(operators=[op])).startswith(
+        "x.yaml: operators[0].call: strided input 0: storage of 3298534883332 elements, over the "
+        "limit of"
+    )
+    op["call"] = {"args": [{"strided": {"tensor": 0}, "stride": [1]}]}
+    assert refusal(spec_dict(operators=[op])) == (
+        "x.yaml: operators[0].call: the stride [1] does not fit input 0"
+    )
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.emb = nn.Embedding(10, 8, padding_idx=0)
+        self.norm2 = nn.LayerNorm([8])
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        y = self.norm(self.conv(x)).flatten(2).transpose(1, 2)
+        y = self.attn(y, y, y)[0] + self.emb(ids)
+        return torch.nn.functional.gelu(self.norm2(y)).sum(-1)
+
+
+def test_what_harvest_writes_passes() -> None:
+    ids = torch.randint(0, 10, (2, 16))
+    result = harvest(_Block(), [torch.randn(2, 3, 4, 4), ids], name="block", device="cpu")
+    forms = {op.op: op.form for op in result.spec.operators}
+    assert [forms[f"torch.nn.{name}"] for name in ("Conv2d", "Embedding", "LayerNorm")] == [
+        "module"
+    ] * 3
+    data = result.spec.model_dump(mode="json")
+    admit_spec(parse_spec(data, "block.yaml"), max_tensor_numel=LIMIT)
