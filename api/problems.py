@@ -23,10 +23,10 @@ from operator_db.errors import (
     AuthenticationError,
     ConflictError,
     DatabaseError,
+    InvalidInputError,
     NotFoundError,
     OperatorDBError,
     PermissionDeniedError,
-    SpecError,
     TooLargeError,
 )
 
@@ -34,7 +34,7 @@ PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("operator_db.api")
 
 _STATUS: list[tuple[type[OperatorDBError], int]] = [
-    (SpecError, 422),
+    (InvalidInputError, 422),
     (NotFoundError, 404),
     (ConflictError, 409),
     (AuthenticationError, 401),

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
+from operator_db.db.queries.devices import KIND_NAME_PATTERN
+
 T = TypeVar("T")
 
 
@@ -145,7 +147,7 @@ class EnqueueIn(BaseModel):
     device_kind: str = Field(
         min_length=1,
         max_length=200,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
+        pattern=KIND_NAME_PATTERN,
         description="The device kind's name, e.g. 'NVIDIA H100 80GB HBM3' (created if new).",
     )
     priority: Annotated[int, NotBool] = Field(

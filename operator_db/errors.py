@@ -14,7 +14,11 @@ class ConfigurationError(OperatorDBError):
     """A setting is missing or invalid."""
 
 
-class SpecError(OperatorDBError):
+class InvalidInputError(OperatorDBError):
+    """A value given by a user is malformed or out of bounds (an empty or overlong name, ...)."""
+
+
+class SpecError(InvalidInputError):
     """A YAML spec is malformed or invalid; the message names the file and the path inside it."""
 
     def __init__(self, source: str, path: str, message: str) -> None:

@@ -28,6 +28,7 @@ from operator_db.db.models import (
     utcnow,
 )
 from operator_db.db.queries import (
+    check_device_kind_name,
     get_model,
     get_or_create_device_kind,
     has_model_run,
@@ -74,8 +75,10 @@ def enqueue_model(
     cannot run whole: its configurations are queued one by one as usual.
 
     Raises:
+        InvalidInputError: ``device_kind`` is empty, over 200 characters or not printable.
         NotFoundError: no such model.
     """
+    check_device_kind_name(device_kind)
     model = get_model(session, model_name)
     kind = get_or_create_device_kind(session, device_kind)
     configs = model_configs(session, model.id)

@@ -108,9 +108,11 @@ def enqueue_significant_first(
     :func:`significance_priorities`); ``options`` go to :func:`operator_db.db.queue.enqueue_model`.
 
     Raises:
+        InvalidInputError: ``device_kind`` is empty, over 200 characters or not printable.
         NotFoundError: unknown model.
         ValueError: ``coverage`` outside (0, 1].
     """
+    queries.check_device_kind_name(device_kind)  # before any query looks the name up
     priorities = significance_priorities(
         session, model_name, device_kind, target=coverage, base=priority
     )

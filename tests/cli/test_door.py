@@ -1,4 +1,5 @@
-"""What ``opdb ingest`` refuses at the door: one line, exit code 1, and the database as it was."""
+"""What ``opdb ingest`` and ``opdb enqueue`` refuse at the door: one line, exit code 1, and the
+database as it was."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import yaml
 
 from operator_db.config import get_settings
 from operator_db.db.engine import make_engine
+from operator_db.db.store import Store
 from tests.door_cases import BAD_SPECS
 from tests.helpers import EXAMPLE_SPECS, relu_op, run_cli, snapshot, spec_dict
 
@@ -48,3 +50,23 @@ def test_the_tensor_limit_is_read_from_the_environment(
     monkeypatch.setenv("OPDB_MAX_TENSOR_NUMEL", str(2**34))
     get_settings.cache_clear()
     assert run_cli(capsys, "ingest", str(path), "--db", db_url).code == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("", "a device kind's name must not be empty"),
+        ("x" * 100_000, "device kind name of 100000 characters, over the limit of 200"),
+        ("GPU\tX", "device kind 'GPU\\tX' holds a control character '\\t'"),
+    ],
+)
+def test_enqueue_refuses_bad_device_kinds(
+    capsys: pytest.CaptureFixture[str], ingested: str, kind: str, message: str
+) -> None:
+    with Store.open(ingested) as store:
+        before = snapshot(store.engine)
+    result = run_cli(capsys, "enqueue", "mlp-small-b8", "--device-kind", kind, "--db", ingested)
+    assert result.code == 1
+    assert result.err.strip() == f"error: {message}"
+    with Store.open(ingested) as store:
+        assert snapshot(store.engine) == before

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import select, update
 
 from operator_db.db import queries, queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import Job, Measurement, utcnow
 from operator_db.db.store import Store
+from operator_db.errors import InvalidInputError
 from operator_db.specs import parse_spec
 from tests.helpers import linear_op, relu_op, result_row, spec_dict
 
@@ -156,3 +158,19 @@ def test_expire_exhausted(store: Store) -> None:
     with store.transaction() as session:
         assert queue.expire_exhausted(session) == 1
         assert queue.queue_counts(session, kind_id) == {"failed": 1, "queued": 1}
+
+
+def test_enqueue_checks_the_kind_name_before_anything(store: Store) -> None:
+    seed(store)
+    for name, message in [
+        ("", "a device kind's name must not be empty"),
+        ("k" * 201, "device kind name of 201 characters, over the limit of 200"),
+        ("fake:\x00", "device kind 'fake:\\x00' holds a control character '\\x00'"),
+        (" \xa0 ", "a device kind's name must not be empty"),
+    ]:
+        with pytest.raises(InvalidInputError) as info, store.transaction() as session:
+            queue.enqueue_model(session, "no such model either", name)
+        assert str(info.value) == message
+    with store.transaction() as session:
+        assert queries.device_kinds(session) == []
+        assert queries.check_device_kind_name("k" * 200) == "k" * 200

@@ -7,6 +7,7 @@ and the API all read through here; no other package builds SQL.
 
 from operator_db.db.queries.configs import config_measurements, get_config, list_configs
 from operator_db.db.queries.devices import (
+    check_device_kind_name,
     device_kinds,
     find_device_kind,
     get_device_kind,
@@ -50,6 +51,7 @@ __all__ = [
     "ModelOperatorRow",
     "ModelSummary",
     "PeakFigure",
+    "check_device_kind_name",
     "config_figures",
     "config_measurements",
     "config_ids_by_key",

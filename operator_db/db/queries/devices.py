@@ -2,18 +2,51 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import DeviceKind, FullModelRun, Host, Measurement, ModelOperator
-from operator_db.errors import NotFoundError
+from operator_db.errors import InvalidInputError, NotFoundError
 
 
 def find_device_kind(session: Session, name: str) -> DeviceKind | None:
     """Return the device kind ``name``, or None."""
     return session.scalars(select(DeviceKind).where(DeviceKind.name == name)).one_or_none()
+
+
+_KNOWN_SHOWN = 10
+"""Known kinds named in a not-found message; the rest are counted."""
+MAX_KIND_NAME = 200
+"""Longest device kind name, in characters (the column's width)."""
+KIND_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+"""A device kind's name: no control character, and not only white space (the API's schema)."""
+
+
+def _short(name: str) -> str:
+    return repr(name) if len(name) <= 80 else repr(name[:77] + "...")
+
+
+def check_device_kind_name(name: str) -> str:
+    """Return ``name`` if it can name a device kind (``KIND_NAME_PATTERN``, 200 characters).
+
+    A name is not empty nor all white space, and holds no control character.
+
+    Raises:
+        InvalidInputError: the name is empty or blank, too long, or holds a control character.
+    """
+    if not name.strip():
+        raise InvalidInputError("a device kind's name must not be empty")
+    if len(name) > MAX_KIND_NAME:
+        raise InvalidInputError(
+            f"device kind name of {len(name)} characters, over the limit of {MAX_KIND_NAME}"
+        )
+    bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise InvalidInputError(f"device kind {_short(name)} holds a control character {bad!r}")
+    return name
 
 
 def get_device_kind(session: Session, name: str) -> DeviceKind:
@@ -24,9 +57,16 @@ def get_device_kind(session: Session, name: str) -> DeviceKind:
     """
     kind = find_device_kind(session, name)
     if kind is None:
-        names = session.scalars(select(DeviceKind.name).order_by(DeviceKind.name)).all()
-        known = ", ".join(names) if names else "none yet (a worker registers its kind)"
-        raise NotFoundError(f"no device kind {name!r}; known: {known}")
+        names = session.scalars(
+            select(DeviceKind.name).order_by(DeviceKind.name).limit(_KNOWN_SHOWN + 1)
+        ).all()
+        known = (
+            ", ".join(names[:_KNOWN_SHOWN]) if names else "none yet (a worker registers its kind)"
+        )
+        if len(names) > _KNOWN_SHOWN:
+            total = session.scalar(select(func.count()).select_from(DeviceKind)) or 0
+            known += f" and {total - _KNOWN_SHOWN} more"
+        raise NotFoundError(f"no device kind {_short(name)}; known: {known}")
     return kind
 
 
@@ -37,9 +77,13 @@ def get_or_create_device_kind(
 
     A new kind's type is ``device_type``, else guessed from the name's prefix (``cpu:``,
     ``fake:``; anything else is a GPU). Flushes.
+
+    Raises:
+        InvalidInputError: a new kind's name is empty, too long or not printable.
     """
     kind = find_device_kind(session, name)
     if kind is None:
+        check_device_kind_name(name)
         prefix = name.split(":", 1)[0]
         guessed = prefix if prefix in ("cpu", "fake") else "gpu"
         kind = DeviceKind(name=name, type=device_type or guessed)
