@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -22,7 +22,9 @@ from operator_db.db.models import DeviceKind, DevicePeak
 from operator_db.db.queries import PeakFigure
 from operator_db.estimate.chips import ChipPeaks, find_chip, spec_reference
 from operator_db.estimate.roofline import Peaks
-from operator_db.measure.peaks import MeasuredPeaks
+
+if TYPE_CHECKING:  # measure imports torch; estimating needs none of it
+    from operator_db.measure.peaks import MeasuredPeaks
 
 PeakSource = Literal["spec", "measured"]
 BANDWIDTH = "bandwidth"
