@@ -1,14 +1,20 @@
-"""What every command shares: consoles, option aliases, opening the store."""
+"""What every command shares: consoles, option aliases, opening the store.
+
+Command modules import only what typer needs to register them (typer, rich, these aliases) at
+module level; the library behind a command (torch, pandas, matplotlib, alembic) is imported in the
+command's body, so that ``opdb --help`` and the database commands start at once
+(tests/cli/test_startup.py).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from operator_db.config import get_settings
-from operator_db.db.store import Store
+if TYPE_CHECKING:
+    from operator_db.db.store import Store
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -26,9 +32,19 @@ DatabaseOption = Annotated[
     typer.Option("--db", help="Database URL (default: OPDB_DATABASE_URL, else a SQLite file)."),
 ]
 
+DeviceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--device", help="auto, cpu, nvidia[:N] / cuda[:N] or fake (default: OPDB_DEVICE)."
+    ),
+]
+
 
 def open_store(db: str | None, *, migrate: bool = True) -> Store:
     """Open the database named by ``--db`` or the settings, checking its schema revision."""
+    from operator_db.config import get_settings
+    from operator_db.db.store import Store
+
     settings = get_settings()
     if db is None:
         return Store.from_settings(settings, migrate=migrate)

@@ -8,8 +8,6 @@ import typer
 from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-from operator_db.db import migrate
-from operator_db.db.queries import row_counts
 
 app = typer.Typer(help="Create, migrate and inspect the database.", no_args_is_help=True)
 
@@ -20,6 +18,8 @@ def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
 ) -> None:
     """Migrate the database up to the newest schema (or REVISION)."""
+    from operator_db.db import migrate
+
     with open_store(db, migrate=False) as store:
         migrate.upgrade(store.engine, revision)
         revision = migrate.current_revision(store.engine) or "base (empty)"
@@ -32,6 +32,8 @@ def downgrade(
     db: DatabaseOption = None,
 ) -> None:
     """Migrate the database down to REVISION."""
+    from operator_db.db import migrate
+
     with open_store(db, migrate=False) as store:
         migrate.downgrade(store.engine, revision)
         revision = migrate.current_revision(store.engine) or "base (empty)"
@@ -41,6 +43,9 @@ def downgrade(
 @app.command()
 def status(db: DatabaseOption = None) -> None:
     """Show the schema revision and the number of rows in each table."""
+    from operator_db.db import migrate
+    from operator_db.db.queries import row_counts
+
     with open_store(db, migrate=False) as store:
         current = migrate.current_revision(store.engine)
         head = migrate.head_revision()

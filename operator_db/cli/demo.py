@@ -14,7 +14,6 @@ import typer
 
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.cli.ingest import admitted_specs, summary_table
-from operator_db.db.ingest import ingest_specs
 from operator_db.errors import ConfigurationError
 
 
@@ -45,6 +44,7 @@ def demo(
     """Harvest MODEL, ingest it and the example specs, measure it here, estimate, plot, report."""
     from operator_db.cli.estimate import estimate, peaks, roofline
     from operator_db.cli.work import measure
+    from operator_db.db.ingest import ingest_specs
     from operator_db.estimate.report import build_report
     from operator_db.harvest import harvest, parse_input
 

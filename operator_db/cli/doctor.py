@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from operator_db.cli.common import DatabaseOption, console
-from operator_db.cli.work import DeviceOption
-from operator_db.config import get_settings
-from operator_db.doctor import DoctorOptions, DoctorReport, run_doctor
+from operator_db.cli.common import DatabaseOption, DeviceOption, console
+
+if TYPE_CHECKING:
+    from operator_db.doctor import DoctorReport
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -57,6 +57,9 @@ def doctor(
     Exit code 1 when a check fails: measuring here would give wrong numbers, or could not start.
     Warnings leave it at 0; docs/doctor.md says which check fails and which warns.
     """
+    from operator_db.config import get_settings
+    from operator_db.doctor import DoctorOptions, run_doctor
+
     settings = get_settings()
     report = run_doctor(
         settings, device=device, db_url=db, options=DoctorOptions(window_s=window, load=load)

@@ -5,19 +5,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
-from sqlalchemy.orm import Session
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-from operator_db.db import queries
 from operator_db.errors import NotFoundError
-from operator_db.estimate.chips import find_chip, load_peak_table
-from operator_db.estimate.compose import Estimate, estimate_model
-from operator_db.estimate.peaks import best_peaks, peaks_for_kind
-from operator_db.estimate.rooflines import model_roofline
+
+if TYPE_CHECKING:  # pandas (and matplotlib for plots) behind these: imported by the commands
+    from sqlalchemy.orm import Session
+
+    from operator_db.estimate.compose import Estimate
 
 KindOption = Annotated[
     str | None,
@@ -33,6 +32,8 @@ def pick_kind(session: Session, model_name: str, kind: str | None) -> str:
     """
     if kind is not None:
         return kind
+    from operator_db.db import queries
+
     kinds = queries.kinds_measuring_model(session, queries.get_model(session, model_name).id)
     if len(kinds) == 1:
         return kinds.pop()
@@ -173,6 +174,10 @@ def estimate(
             "--timing is eager or graph; --energy total or dynamic; --aggregate latest or "
             "median; --cache warm or cold"
         )
+    from operator_db.db import queries
+    from operator_db.estimate.compose import estimate_model
+    from operator_db.estimate.peaks import best_peaks, peaks_for_kind
+
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kind = pick_kind(session, model, device_kind)
         info = queries.get_model(session, model)
@@ -213,6 +218,8 @@ def roofline(
     db: DatabaseOption = None,
 ) -> None:
     """Plot MODEL on the device's roofline: roofs, one point per configuration, the model."""
+    from operator_db.estimate.rooflines import model_roofline
+
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kind = pick_kind(session, model, device_kind)
         view = model_roofline(session, model, kind)
@@ -243,6 +250,8 @@ def peaks(
     db: DatabaseOption = None,
 ) -> None:
     """Measure this host's attainable peaks (large matmul per dtype, large copy) and store them."""
+    from operator_db.estimate.chips import find_chip, load_peak_table
+
     if list_table:
         table = Table(
             "chip",

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-from operator_db.config import get_settings
-from operator_db.db.ingest import IngestResult, ingest_specs
-from operator_db.ops.admission import admit_spec
-from operator_db.specs import LoadedSpec, load_specs
-from operator_db.specs.io import mark_processed
+
+if TYPE_CHECKING:
+    from operator_db.db.ingest import IngestResult
+    from operator_db.specs import LoadedSpec
 
 
 def summary_table(results: list[IngestResult]) -> Table:
@@ -49,6 +48,10 @@ def admitted_specs(paths: Sequence[str | Path]) -> list[LoadedSpec]:
     Raises:
         SpecError: the first file that is not valid, or asks what a worker may not run.
     """
+    from operator_db.config import get_settings
+    from operator_db.ops.admission import admit_spec  # torch: the ops a worker may build
+    from operator_db.specs import load_specs
+
     settings = get_settings()
     return [
         admit_spec(loaded, max_tensor_numel=settings.max_tensor_numel)
@@ -68,6 +71,9 @@ def ingest(
     Nothing is written unless every file is valid. Re-ingesting a spec changes nothing; a spec whose
     content changed replaces its model's operator list.
     """
+    from operator_db.db.ingest import ingest_specs
+    from operator_db.specs.io import mark_processed
+
     specs = admitted_specs(paths)
     with open_store(db) as store, store.transaction() as session:
         results = ingest_specs(session, specs)

@@ -11,7 +11,6 @@ import traceback
 from collections.abc import Sequence
 
 import typer
-from sqlalchemy.exc import DBAPIError
 from typer.exceptions import TyperException
 
 from operator_db import __version__
@@ -26,8 +25,6 @@ from operator_db.cli.ingest import ingest
 from operator_db.cli.report import report
 from operator_db.cli.serve import serve
 from operator_db.cli.work import enqueue, jobs_status, measure, worker
-from operator_db.config import get_settings
-from operator_db.db.engine import describe_db_error
 from operator_db.errors import DeviceContextLostError, OperatorDBError
 
 EXIT_RESTART = 75
@@ -78,6 +75,8 @@ def _debug() -> bool:
     if os.environ.get("OPDB_DEBUG", "").lower() in ("1", "true", "yes"):
         return True
     try:
+        from operator_db.config import get_settings
+
         return get_settings().debug
     except Exception:  # noqa: BLE001 - broken settings must not hide the original error
         return False
@@ -113,9 +112,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         err_console.print(f"error: {exc}", markup=False)
         return 1
-    except DBAPIError as exc:
-        if _debug():
+    except Exception as exc:
+        # Only commands that open a database import SQLAlchemy (a tenth of a second), not opdb
+        # itself: where it was never imported, no DBAPIError (a driver's error) was raised.
+        if "sqlalchemy.exc" not in sys.modules:
             raise
+        from sqlalchemy.exc import DBAPIError
+
+        if not isinstance(exc, DBAPIError) or _debug():
+            raise
+        from operator_db.db.engine import describe_db_error
+
         url = os.environ.get("OPDB_DATABASE_URL") or "the database"
         err_console.print(f"error: {describe_db_error(exc, url)}", markup=False)
         return 1

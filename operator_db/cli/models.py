@@ -8,7 +8,6 @@ import typer
 from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-from operator_db.db import queries
 
 app = typer.Typer(help="List and show the models stored.", no_args_is_help=True)
 
@@ -16,6 +15,8 @@ app = typer.Typer(help="List and show the models stored.", no_args_is_help=True)
 @app.command("list")
 def list_models(db: DatabaseOption = None) -> None:
     """List every model with its operator counts, FLOPs and parameters."""
+    from operator_db.db import queries
+
     with open_store(db) as store, store.transaction() as session:
         rows = queries.model_summaries(session)
     table = Table(
@@ -41,6 +42,8 @@ def show(
     db: DatabaseOption = None,
 ) -> None:
     """Show a model's operator configurations, largest FLOPs first."""
+    from operator_db.db import queries
+
     with open_store(db) as store, store.transaction() as session:
         ops = queries.model_operators(session, name)
     table = Table("op", "count", "inputs", "MFLOPs/call", "KiB/call", "key", title=name)

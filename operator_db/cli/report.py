@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-from operator_db.estimate.report import build_report
 
 
 class ReportFormatChoice(StrEnum):
@@ -33,6 +32,8 @@ def report(
     db: DatabaseOption = None,
 ) -> None:
     """Write the batch-size, FLOPs/params, rank-correlation and backward studies with plots."""
+    from operator_db.estimate.report import build_report
+
     with open_store(db) as store, store.transaction(read_only=True) as session:
         path = build_report(
             session,

@@ -5,27 +5,18 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from operator_db.cli.common import DatabaseOption, console, err_console, open_store
-from operator_db.config import get_settings
-from operator_db.db import queue
-from operator_db.db.store import Store
-from operator_db.devices.factory import open_device
+from operator_db.cli.common import DatabaseOption, DeviceOption, console, err_console, open_store
 from operator_db.errors import DeviceContextLostError
-from operator_db.estimate.significant import enqueue_significant_first
-from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
 
-DeviceOption = Annotated[
-    str | None,
-    typer.Option(
-        "--device", help="auto, cpu, nvidia[:N] / cuda[:N] or fake (default: OPDB_DEVICE)."
-    ),
-]
+if TYPE_CHECKING:  # torch and pandas behind these: imported by the commands that use them
+    from operator_db.db.store import Store
+    from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
 
 
 def enqueue(
@@ -55,6 +46,8 @@ def enqueue(
     """
     if interleave and no_model_run:
         raise typer.BadParameter("--interleave measures the whole model: drop --no-model-run")
+    from operator_db.estimate.significant import enqueue_significant_first
+
     with open_store(db) as store, store.transaction() as session:
         result = enqueue_significant_first(
             session,
@@ -107,6 +100,10 @@ def _stop_on_signals(worker: Worker) -> Iterator[None]:
 
 def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) -> WorkerStats:
     """Open the device and run a worker on ``store`` with a progress display or log lines."""
+    from operator_db.config import get_settings
+    from operator_db.devices.factory import open_device
+    from operator_db.worker.daemon import Worker
+
     settings = get_settings()
     with open_device(device_spec, settings=settings) as device:
         tty = console.is_terminal
@@ -177,6 +174,8 @@ def worker(
     db: DatabaseOption = None,
 ) -> None:
     """Take jobs for this host's device kind from the database and measure them."""
+    from operator_db.worker.daemon import WorkerOptions
+
     with open_store(db) as store:
         stats = run_worker(
             store,
@@ -209,6 +208,11 @@ def measure(
     the estimate and the measured model see the same machine; configurations that cannot be rebuilt
     are then queued alone, so that their own jobs say why.
     """
+    from operator_db.config import get_settings
+    from operator_db.devices.factory import open_device
+    from operator_db.estimate.significant import enqueue_significant_first
+    from operator_db.worker.daemon import WorkerOptions
+
     settings = get_settings()
     interleave = interleave and not no_model_run
     with open_store(db) as store:
@@ -244,6 +248,8 @@ def measure(
 
 def jobs_status(db: DatabaseOption = None) -> None:
     """Show the queue: jobs per device kind and status."""
+    from operator_db.db import queue
+
     with open_store(db) as store, store.transaction(read_only=True) as session:
         rows = queue.queue_counts_by_kind(session)
     table = Table("device kind", "status", "jobs")
