@@ -91,17 +91,17 @@ def test_database_commands_import_neither_torch_nor_pandas(
     assert run_cli(capsys, "ingest", str(EXAMPLE_SPECS / "mlp-small-b8.yaml")).code == 0
     code, heavy, out = run_fresh("models", "list")
     assert code == 0 and "mlp-small-b8" in out
-    assert heavy == ["alembic", "sqlalchemy"]
+    assert heavy == ["sqlalchemy"]
     code, heavy, out = run_fresh("jobs")
     assert code == 0 and "device kind" in out
-    assert heavy == ["alembic", "sqlalchemy"]
+    assert heavy == ["sqlalchemy"]
 
 
 def test_estimate_imports_no_torch(measured: str) -> None:
     code, heavy, out = run_fresh("estimate", measured)
     assert code == 0, out
     assert "100.0% of operator calls measured" in out
-    assert heavy == ["alembic", "pandas", "sqlalchemy"]
+    assert heavy == ["pandas", "sqlalchemy"]
 
 
 def test_a_driver_error_is_still_one_line(

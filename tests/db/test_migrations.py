@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -164,3 +165,55 @@ def test_schema_status_unreachable_is_one_line() -> None:
     message = str(info.value)
     assert message.startswith("database postgresql+psycopg://postgres:***@127.0.0.1:1/none is ")
     assert "\n" not in message and "secret" not in message
+
+
+def test_revisions_read_without_alembic_agree_with_alembic(empty_db_url: str) -> None:
+    """head_revision and current_revision read ids themselves (start-up time): as Alembic does."""
+    from alembic.script import ScriptDirectory
+
+    from operator_db.db.migrate import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config())
+    assert head_revision() == script.get_current_head()
+    engine = make_engine(empty_db_url)
+    try:
+        for revision in ["base", *reversed([r.revision for r in script.walk_revisions()])]:
+            if revision != "base":
+                upgrade(engine, revision)
+            with engine.connect() as conn:
+                alembic_says = MigrationContext.configure(conn).get_current_revision()
+            assert (
+                current_revision(engine)
+                == alembic_says
+                == (None if revision == "base" else revision)
+            )
+    finally:
+        engine.dispose()
+
+
+def test_several_heads_or_revisions_are_refused(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO alembic_version (version_num) VALUES ('~older')"))
+        expected = f"is at several revisions ({head_revision()}, ~older)"
+        with pytest.raises(DatabaseError, match=re.escape(expected)):
+            current_revision(engine)
+    finally:
+        engine.dispose()
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    for name, text_ in {
+        "a.py": 'revision = "a"\ndown_revision = None\n',
+        "b.py": 'revision: str = "b"\ndown_revision: str | None = "a"\n',
+        "c.py": 'revision = "c"\ndown_revision = "a"\n',
+        "_ignored.py": "",
+    }.items():
+        (versions / name).write_text(text_)
+    monkeypatch.setattr("operator_db.db.migrate.migrations_dir", lambda: tmp_path)
+    with pytest.raises(DatabaseError, match=r"several heads \(b, c\)"):
+        head_revision()
+    (versions / "d.py").write_text('revision = "d"\ndown_revision = ("b", "c")\n')
+    assert head_revision() == "d"
