@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import Model, ModelOperator, OperatorConfig
 from operator_db.errors import NotFoundError
-from operator_db.specs.schema import OperatorSpec
+
+if TYPE_CHECKING:  # the spec's pydantic models: imported by the one function that builds one
+    from operator_db.specs.schema import OperatorSpec
 
 _CHUNK = 500
 """Ids per ``IN (...)`` list: well under SQLite's and PostgreSQL's parameter limits."""
@@ -254,6 +256,8 @@ def config_ids_by_key(session: Session, keys: Sequence[str]) -> dict[str, int]:
 
 def config_spec(config: OperatorConfig) -> OperatorSpec:
     """Return the spec form of a stored configuration (what ``operator_db.ops`` rebuilds)."""
+    from operator_db.specs.schema import OperatorSpec
+
     return OperatorSpec.model_validate(
         {
             "op": config.op,
