@@ -132,7 +132,7 @@ def test_harvest_of_a_module_imports_torch_only(tmp_path: Path) -> None:
 
 
 def test_library_layers_below_measuring_import_no_torch() -> None:
-    """config, errors, specs, db and estimate: what the API and the estimate commands run on."""
+    """config, errors, specs, db and estimate: what the estimate commands run on."""
     probe = """
 import importlib, pkgutil, sys
 import operator_db.db, operator_db.estimate, operator_db.specs
