@@ -110,3 +110,28 @@ def raising_factory() -> nn.Module:
 def not_a_module() -> int:
     """A factory that returns something else than a module."""
     return 3
+
+
+class AtenScale(nn.Module):
+    """A custom leaf with a weight whose call the builder may not run: tracing it fails."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.mm(x, self.weight).relu()
+
+
+class Untraceable(nn.Module):
+    """A Linear, then a custom leaf that cannot be traced, then a Linear."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.first = nn.Linear(width, width)
+        self.odd = AtenScale(width)
+        self.last = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(self.odd(self.first(x)))
+
