@@ -135,3 +135,31 @@ class Untraceable(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.last(self.odd(self.first(x)))
 
+
+class BigMatmul(nn.Module):
+    """A custom leaf with a large weight: most of the work of :class:`MostlyCustom`."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(width, width) / width**0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
+class MostlyCustom(nn.Module):
+    """A small Linear, then a custom leaf doing far more work (opaque if not traced)."""
+
+    def __init__(self, width: int = 256) -> None:
+        super().__init__()
+        self.small = nn.Linear(width, 8)
+        self.expand = nn.Linear(8, width)
+        self.big = BigMatmul(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.big(self.big(self.expand(self.small(x))))
+
+
+def mostly_custom(width: int = 256) -> MostlyCustom:
+    """Factory for ``module:tests.harvest.models:mostly_custom``."""
+    return MostlyCustom(width)
