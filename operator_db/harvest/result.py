@@ -19,8 +19,10 @@ from operator_db.ops.flops import counted_by_flop_counter
 from operator_db.specs.io import write_spec
 from operator_db.specs.schema import Spec
 
-PROVENANCE_LINES = 50
-"""Lines kept per list in a spec's provenance (free-form JSON of at most 64 KiB)."""
+PROVENANCE_LINES = 40
+"""Lines kept per list (traced, opaque, skipped) in a spec's provenance, each of at most
+``PROVENANCE_LINE_BYTES``: the three fit in its 64 KiB of JSON (specs/limits.py)."""
+PROVENANCE_LINE_BYTES = 400
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,10 @@ def where(locations: Sequence[str], shown: int = 3) -> str:
 
 def _lines(items: Sequence[OpaqueOp | SkippedCall | TracedLeaf]) -> list[JsonValue]:
     lines: list[JsonValue] = [
-        f"{o.op} ×{o.count} at {where(o.locations)}: {o.reason}"[:500] for o in items
+        f"{o.op} ×{o.count} at {where(o.locations)}: {o.reason}".encode()[
+            :PROVENANCE_LINE_BYTES
+        ].decode(errors="ignore")
+        for o in items
     ]
     more = [f"and {len(lines) - PROVENANCE_LINES} more"] if len(lines) > PROVENANCE_LINES else []
     return [*lines[:PROVENANCE_LINES], *more]
@@ -156,7 +161,6 @@ def provenance(
     }
     if fallback:
         found["fallback"] = fallback
-    # Bounded: provenance is free-form JSON of at most 64 KiB (specs/limits.py).
     if traced:
         found["traced"] = _lines(traced)
     if opaque:

@@ -400,3 +400,35 @@ def test_a_torch_nn_leaf_called_with_arguments_a_spec_cannot_hold_is_traced() ->
     assert reason == "call arguments: a mapping argument has non-string keys"
     opaque = harvest(Odd(), TensorSpec(shape=[2, 4]), custom_leaves="opaque")
     assert [o.op for o in opaque.opaque] == ["torch.nn.modules.linear.Identity"]
+
+
+def test_long_lists_stay_within_the_provenance_limit() -> None:
+    """Hundreds of distinct traced, opaque and skipped calls: each list is cut, the spec valid."""
+
+    def leaf(i: int, body: str) -> nn.Module:
+        forward = {
+            "traced": lambda self, x: x * 2,
+            "opaque": lambda self, x: torch.ops.aten.mul(x, 2),  # tracing it fails
+        }[body]
+        cls = type(f"{body.title()}Leaf{i}_" + "x" * 200, (nn.Module,), {"forward": forward})
+        return cls()  # type: ignore[no-any-return]
+
+    class Many(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.leaves = nn.ModuleList(
+                leaf(i, body) for i in range(120) for body in ("traced", "opaque")
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for i, module in enumerate(self.leaves):
+                x = module(x)
+                x.new_zeros(i + 1, 0)  # an empty tensor of another shape each time: skipped
+            return x
+
+    result = harvest(Many(), TensorSpec(shape=[4]))
+    assert (len(result.traced), len(result.opaque), len(result.skipped)) == (120, 120, 240)
+    for key in ("traced", "opaque", "skipped"):
+        lines = result.spec.provenance[key]
+        assert isinstance(lines, list) and len(lines) == 41
+        assert lines[-1] == f"and {len(getattr(result, key)) - 40} more"
