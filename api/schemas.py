@@ -112,6 +112,10 @@ class EstimateOut(BaseModel):
     cache_mode: str = Field(description="warm or cold: which results are composed.")
     time_s: float
     between_ops_s: float | None
+    between_ops_share: float | None = Field(
+        description="The time between operators as a share of total_time_s, where it is added "
+        "to it (a CPU); null elsewhere."
+    )
     host_time_s: float | None = Field(
         description="GPU: the host's stage of the pipeline estimate (issue time), in s."
     )
@@ -131,6 +135,11 @@ class EstimateOut(BaseModel):
     energy_error: float | None
     roofline_time_s: float | None
     peaks: dict[str, Any] | None
+    warnings: list[str] = Field(
+        description="What makes the figure rest on something else than measured operators: a "
+        "coverage gap (configurations not measured yet, opaque ones) or time between operators "
+        "over OPDB_ESTIMATE_BETWEEN_OPS_WARN of the estimate. Empty when the estimate is whole."
+    )
     notes: list[str]
     by_op: list[dict[str, Any]]
     configurations: list[dict[str, Any]] = Field(

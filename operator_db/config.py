@@ -250,6 +250,14 @@ class Settings(BaseSettings):
     api_protect_reads: bool = Field(
         default=False, description="Ask a token of reads too (reads are open by default)."
     )
+    estimate_between_ops_warn: float = Field(
+        default=0.10,
+        ge=0,
+        le=1,
+        description="An estimate whose time between operators (hollow run, added on a CPU) is "
+        "more than this share of it carries a warning, as a coverage gap does: opaque work runs "
+        "there.",
+    )
     measure: MeasureSettings = Field(
         default_factory=MeasureSettings,
         description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",

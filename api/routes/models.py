@@ -6,11 +6,12 @@ import json
 import math
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, Query, Response, status
 
-from api.deps import ReadSessionDep, SessionDep
+from api.deps import ReadSessionDep, SessionDep, get_settings_dep
 from api.routes.common import READ, WRITE, Limit, Name, Offset
 from api.schemas import EstimateOut, ModelDetail, ModelSummaryOut, OperatorOut, Page
+from operator_db.config import Settings
 from operator_db.db import queries
 from operator_db.estimate.compose import estimate_model
 from operator_db.estimate.peaks import best_peaks, peaks_for_kind
@@ -82,6 +83,7 @@ def delete_model(name: str, session: SessionDep) -> Response:
 def get_estimate(
     name: str,
     session: ReadSessionDep,
+    settings: Annotated[Settings, Depends(get_settings_dep)],
     device_kind: Name,
     timing: Literal["eager", "graph"] = "eager",
     energy: Literal["total", "dynamic"] = "total",
@@ -106,6 +108,7 @@ def get_estimate(
         peaks=peaks,
         cache_mode=cache_mode,
         aggregate=aggregate,
+        between_ops_warn=settings.estimate_between_ops_warn,
     )
     ranked = est.configs.sort_values("time_s", ascending=False, na_position="last", kind="stable")
     page = ranked.iloc[offset : offset + limit]

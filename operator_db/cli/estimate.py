@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.errors import NotFoundError
@@ -69,6 +70,8 @@ def _print_estimate(est: Estimate, top: int) -> None:
         head.add_row("estimate (pipeline)", f"{_ms(est.total_time_s)} ms")
     elif est.between_ops_s is not None:
         how = "added" if est.adds_between else "overlaps the GPU's work, not added"
+        share = est.between_ops_share
+        how += "" if share is None else f" ({share:.1%} of the estimate)"
         head.add_row("between operators (hollow run)", f"{_ms(est.between_ops_s)} ms, {how}")
         head.add_row("estimate", f"{_ms(est.total_time_s)} ms")
     head.add_row("measured full model", f"{_ms(est.full_run_time_s)} ms, {run_energy}")
@@ -93,6 +96,8 @@ def _print_estimate(est: Estimate, top: int) -> None:
         + f", {est.cache_mode} caches",
     )
     console.print(head)
+    for warning in est.warnings:  # as loud as it gets: the figure is not what it seems
+        console.print(Text(f"warning: {warning}", style="bold yellow"))
     ops = Table(
         "operator",
         "configs",
@@ -174,6 +179,7 @@ def estimate(
             "--timing is eager or graph; --energy total or dynamic; --aggregate latest or "
             "median; --cache warm or cold"
         )
+    from operator_db.config import get_settings
     from operator_db.db import queries
     from operator_db.estimate.compose import estimate_model
     from operator_db.estimate.peaks import best_peaks, peaks_for_kind
@@ -191,6 +197,7 @@ def estimate(
             peaks=peaks,
             aggregate="median" if aggregate == "median" else "latest",
             cache_mode="cold" if cache == "cold" else "warm",
+            between_ops_warn=get_settings().estimate_between_ops_warn,
         )
     if as_json:
         payload: dict[str, Any] = {

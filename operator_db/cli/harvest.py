@@ -145,12 +145,19 @@ def harvest(
             "cpu: always (real weights in memory).",
         ),
     ] = RunDevice.auto,
-    trace_custom: Annotated[
+    opaque_custom: Annotated[
         bool,
         typer.Option(
-            "--trace-custom-leaves",
-            help="Record the functional calls inside custom leaf modules with parameters instead "
-            "of one opaque call each.",
+            "--opaque-custom-leaves",
+            help="Record each custom leaf module with parameters (not a torch.nn class, e.g. "
+            "transformers' Conv1D) as one opaque call, never measured, instead of tracing the "
+            "functional calls inside it (the default).",
+        ),
+    ] = False,
+    _trace_custom: Annotated[
+        bool,
+        typer.Option(
+            "--trace-custom-leaves", hidden=True, help="The default now; accepted, does nothing."
         ),
     ] = False,
 ) -> None:
@@ -172,6 +179,7 @@ def harvest(
     )
     from operator_db.harvest.inputs import parse_dtype
     from operator_db.harvest.refs import default_inputs
+    from operator_db.harvest.result import where
 
     ref = parse_reference(model_ref, parse_overrides(overrides))
     sizes = parse_batch_sizes(batch_size)
@@ -194,7 +202,7 @@ def harvest(
             dtype=floating,
             device=device.value,
             name=f"{stem}-b{batch}" if batch else stem,
-            custom_leaves="trace" if trace_custom else "opaque",
+            custom_leaves="opaque" if opaque_custom else "trace",
             description=description,
         )
         path = output_path(output, result.spec.model.name, len(sizes) if sizes else 1)
@@ -204,10 +212,21 @@ def harvest(
     for _, r in rows[:1]:  # what follows is the same for every batch size
         if r.fallback:
             console.print(f"ran on the CPU: {r.fallback}", markup=False)
-        for o in r.opaque:
-            where = ", ".join(o.locations[:3]) + (" ..." if len(o.locations) > 3 else "")
+        for t in r.traced:
             console.print(
-                f"opaque ({o.count}x, never measured): {o.op} at {where}: {o.reason}", markup=False
+                f"traced ({t.count}x, recorded as its calls): {t.op} at {where(t.locations)}",
+                markup=False,
+            )
+        for o in r.opaque:
+            console.print(
+                f"opaque ({o.count}x, never measured): {o.op} at {where(o.locations)}: {o.reason}",
+                markup=False,
+            )
+        for k in r.skipped:
+            console.print(
+                f"skipped ({k.count}x, not in the spec): {k.op} at {where(k.locations)}: "
+                f"{k.reason}",
+                markup=False,
             )
         for warning in r.warnings:
             console.print(f"note: {warning}", markup=False)

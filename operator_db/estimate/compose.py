@@ -3,8 +3,10 @@
 The estimate of a model on a device kind sums, over the model's configurations, the number of
 calls per forward (or training step) times the latest per-call measurement of that configuration on
 that kind. It says what it used (eager or CUDA-graph time, total or dynamic energy), what is not
-measured yet (coverage, also weighted by roofline-bound time), and compares itself with the latest
-measured full-model run.
+measured (coverage, also weighted by roofline-bound time: configurations not measured yet and opaque
+ones, which never can be), and compares itself with the latest measured full-model run. What makes
+the figure rest on something else than measured operators is a warning: a coverage gap, or time
+between operators that is a large share of the estimate (opaque work runs there in a hollow run).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ TimingChoice = Literal["eager", "graph"]
 CacheChoice = Literal["warm", "cold"]
 AggregateChoice = Aggregate
 EnergyChoice = Literal["total", "dynamic"]
+
+BETWEEN_OPS_WARN = 0.10
+"""Default share of the estimate above which the time between operators is a warning
+(``OPDB_ESTIMATE_BETWEEN_OPS_WARN``)."""
 
 CONFIG_COLUMNS = [
     "key",
@@ -66,9 +72,10 @@ class Estimate:
     energy_j: float | None
     """Σ count × per-call energy (total or dynamic, see ``energy``), in J; None without energy."""
     coverage: float
-    """Measured configurations / measurable configurations, weighted by count."""
+    """Measured calls / all calls of the model (opaque ones included: they are never measured)."""
     coverage_roofline: float | None
-    """Share of the model's roofline-bound time that is measured (None without peaks)."""
+    """Share of the model's roofline-bound time that is measured (None without peaks); opaque
+    configurations count with their live-counted FLOPs and bytes where the spec has them."""
     unmeasured: list[str]
     opaque: int
     full_run_time_s: float | None
@@ -89,6 +96,17 @@ class Estimate:
     time (the Python and launches outside the recorded modules, functional operators included)
     plus Σ count × host issue time of the recorded modules. None where not recorded (a CPU, or
     results from before revision 0004)."""
+    warnings: list[str] = field(default_factory=list)
+    """What makes the figure rest on something else than measured operators: a coverage gap
+    (configurations not measured yet, opaque ones), or time between operators above the
+    ``between_ops_warn`` share of the estimate. Empty when the estimate is whole."""
+
+    @property
+    def between_ops_share(self) -> float | None:
+        """The time between operators as a share of ``total_time_s`` where it is added to it."""
+        if not self.adds_between or self.between_ops_s is None or self.total_time_s <= 0:
+            return None
+        return max(self.between_ops_s, 0.0) / self.total_time_s
 
     @property
     def total_time_s(self) -> float:
@@ -153,6 +171,7 @@ class Estimate:
             "cache_mode": self.cache_mode,
             "time_s": self.time_s,
             "between_ops_s": self.between_ops_s,
+            "between_ops_share": self.between_ops_share,
             "host_time_s": self.host_time_s,
             "bound_by": self.bound_by,
             "total_time_s": self.total_time_s,
@@ -168,6 +187,7 @@ class Estimate:
             "energy_error": self.energy_error,
             "roofline_time_s": self.roofline_time_s,
             "peaks": None if self.peaks is None else vars(self.peaks),
+            "warnings": self.warnings,
             "notes": self.notes,
         }
 
@@ -188,6 +208,7 @@ def estimate_model(
     peaks: Peaks | None = None,
     aggregate: AggregateChoice = "latest",
     cache_mode: CacheChoice = "warm",
+    between_ops_warn: float = BETWEEN_OPS_WARN,
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
@@ -198,6 +219,8 @@ def estimate_model(
     ops) and the eager time elsewhere. ``energy="dynamic"`` subtracts idle power.
     ``cache_mode="cold"`` composes the results measured with the caches flushed before every call
     (``OPDB_MEASURE__CACHE_MODE=cold``; time only) instead of the warm ones.
+    ``between_ops_warn`` is the share of the estimate above which the time between operators is
+    a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``).
 
     Raises:
         NotFoundError: unknown model or device kind.
@@ -221,8 +244,8 @@ def estimate_model(
         time_per_call = chosen.time_median_s if chosen is not None else None
         energy_per_call = _energy_of(m, energy)
         roof = None
-        if peaks is not None and cfg.form != "opaque":
-            roof = peaks.bound_s(cfg.flops, cfg.bytes)
+        if peaks is not None and (cfg.form != "opaque" or None not in (cfg.flops, cfg.bytes)):
+            roof = peaks.bound_s(cfg.flops, cfg.bytes)  # opaque: its cost counted live
         records.append(
             {
                 "key": cfg.key,
@@ -251,17 +274,14 @@ def estimate_model(
     total_time = float(configs["time_s"].sum(skipna=True)) if len(configs) else 0.0
     configs["time_share"] = configs["time_s"] / total_time if total_time > 0 else math.nan
     configs = configs[CONFIG_COLUMNS]
-    measurable = configs[configs["form"] != "opaque"]
-    counted = measurable["count"].sum()
-    coverage = (
-        float(measurable.loc[measurable["measured"], "count"].sum() / counted) if counted else 0.0
-    )
+    counted = configs["count"].sum()
+    coverage = float(configs.loc[configs["measured"], "count"].sum() / counted) if counted else 0.0
     coverage_roofline = None
-    if peaks is not None and len(measurable):
-        total_roof = float(measurable["roofline_time_s"].sum())
+    if peaks is not None and len(configs):
+        total_roof = float(configs["roofline_time_s"].sum())
         if total_roof > 0:
             coverage_roofline = float(
-                measurable.loc[measurable["measured"], "roofline_time_s"].sum() / total_roof
+                configs.loc[configs["measured"], "roofline_time_s"].sum() / total_roof
             )
     energies = configs.loc[configs["measured"], "energy_j"]
     energy_total = float(energies.sum()) if len(energies) and energies.notna().all() else None
@@ -286,12 +306,11 @@ def estimate_model(
     notes = []
     if cache_mode == "cold":
         notes.append("cold caches: results measured with the caches flushed before every call")
+    measurable = configs[configs["form"] != "opaque"]
     unmeasured = list(measurable.loc[~measurable["measured"], "key"])
-    if unmeasured:
-        notes.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
-    opaque = int((configs["form"] == "opaque").sum())
-    if opaque:
-        notes.append(f"{opaque} opaque configurations cannot be measured and are left out")
+    opaque_rows = configs[configs["form"] == "opaque"]
+    opaque = len(opaque_rows)
+    warnings = _coverage_warnings(coverage, coverage_roofline, unmeasured, opaque_rows)
     if energy_total is None and len(energies):
         notes.append("energy unavailable for some configurations: no energy estimate")
     between = _between_ops(run, configs)
@@ -313,6 +332,8 @@ def estimate_model(
             "training step: Σ forward+backward per operator; the optimizer step is not "
             "an operator and is only in the full run"
         )
+    if adds_between and between is not None:
+        warnings += _between_warnings(between, total_time, between_ops_warn)
     return Estimate(
         model=model.name,
         device_kind=kind.name,
@@ -335,7 +356,47 @@ def estimate_model(
         adds_between=adds_between,
         host_time_s=host,
         cache_mode=cache_mode,
+        warnings=warnings,
     )
+
+
+def _between_warnings(between_s: float, operators_s: float, limit: float) -> list[str]:
+    """Warn when the time between operators, added to them, is over ``limit`` of the total."""
+    between_s = max(between_s, 0.0)
+    total = operators_s + between_s
+    if total <= 0 or between_s / total <= limit:
+        return []
+    return [
+        f"time between operators (hollow run) is {between_s / total:.1%} of the estimate, over "
+        f"{limit:.0%} (OPDB_ESTIMATE_BETWEEN_OPS_WARN): the figure rests on it, not on measured "
+        "operators; opaque modules and calls the spec skipped run there for real, as does the "
+        "Python between operators"
+    ]
+
+
+def _coverage_warnings(
+    coverage: float,
+    coverage_roofline: float | None,
+    unmeasured: list[str],
+    opaque_rows: pd.DataFrame,
+) -> list[str]:
+    """Say what the operators' sum leaves out: configurations not measured yet, opaque ones."""
+    if coverage >= 1:
+        return []
+    share = f"{coverage:.1%} of calls" + (
+        "" if coverage_roofline is None else f", {coverage_roofline:.1%} of roofline-bound time"
+    )
+    found = [f"coverage {share} measured: the operators' sum leaves out the rest"]
+    if unmeasured:
+        found.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
+    if len(opaque_rows):
+        calls = int(opaque_rows["count"].sum())
+        names = ", ".join(dict.fromkeys(opaque_rows["op"]))
+        found.append(
+            f"{len(opaque_rows)} opaque configurations ({calls} calls: {names[:300]}) cannot be "
+            "measured and are left out of the operators' sum"
+        )
+    return found
 
 
 def _host_stage(run: Figure | None, configs: pd.DataFrame) -> float | None:

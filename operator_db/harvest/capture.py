@@ -3,16 +3,20 @@
 Every module gets a forward pre-hook and hook (with kwargs). A leaf module that can be rebuilt
 (a ``torch.nn`` class whose constructor arguments are recovered and proved) is one ``module`` call;
 while it runs, nothing inside it is recorded, so its FLOPs are never counted twice. A custom leaf
-with parameters is one ``opaque`` call, its cost counted live (it cannot be rebuilt later). A
-custom leaf without parameters (an activation class of a library) is transparent: the functional
-calls it makes are recorded, as are those of every non-leaf module's own code between its
-children. Functional calls are seen by a ``TorchFunctionMode`` that is active during the whole
-forward pass and records only while no recorded leaf is running.
+(not rebuildable: transformers' ``Conv1D``, an RMSNorm, a user's own module) is *traced*: the
+functional calls it makes are recorded at its location, its parameters becoming tensor inputs,
+as are those of every non-leaf module's own code between its children. Tracing fails when a call
+inside the leaf is opaque or cannot be described; the leaf is then one ``opaque`` call, its cost
+counted live (it cannot be rebuilt later), with the reason. ``custom_leaves="opaque"`` keeps the
+older policy: a custom leaf with parameters is opaque without being traced.
+
+Functional calls are seen by a ``TorchFunctionMode`` that is active during the whole forward pass
+and records only while no recorded leaf is running. A call on a tensor a spec cannot describe (a
+dimension of size 0) is not recorded: it is listed, with where it ran and why (``Skipped``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -21,35 +25,41 @@ import torch
 from pydantic import JsonValue, ValidationError
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.hooks import RemovableHandle
 
+from operator_db.harvest.calls import (
+    Undescribable,
+    call_label,
+    class_name,
+    describe_args,
+    encode_call,
+    has_tensor,
+    opaque_name,
+    operator_spec,
+    output_specs,
+    tensor_inputs,
+)
 from operator_db.harvest.modules import (
     NotRebuildable,
     Rebuildable,
     constructor_args,
     has_parameters,
 )
-from operator_db.ops.encoding import EncodingError, dtype_name, encode_value
+from operator_db.ops.encoding import EncodingError
 from operator_db.ops.flops import FlopTally, Tally
 from operator_db.ops.resolve import function_name, is_property_access
 from operator_db.specs.keys import operator_key
 from operator_db.specs.limits import MAX_JSON_STRING
 from operator_db.specs.schema import CallSpec, Mode, OperatorSpec, TensorSpec
 
-CustomLeaves = Literal["opaque", "trace"]
-"""What to do with a custom leaf module that has parameters: record it opaque, or trace inside it
-(its functional calls are recorded, its parameters becoming tensor inputs)."""
+CustomLeaves = Literal["trace", "opaque"]
+"""What to do with a custom leaf module (not rebuildable): trace inside it (its functional calls
+are recorded, its parameters becoming tensor inputs; opaque only where tracing fails), or record
+one with parameters as opaque, untraced."""
 
 _INDEXING = frozenset({"torch.Tensor.__getitem__", "torch.Tensor.__setitem__"})
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
 
 _Encoded = tuple[list[TensorSpec], CallSpec | None]
-
-
-class _SkipError(Exception):
-    """A call that cannot be written in a spec (a zero-size or exotic tensor); counted, not kept."""
 
 
 @dataclass
@@ -75,6 +85,34 @@ class Entry:
 
 
 @dataclass
+class Listed:
+    """Calls of one op that share a reason (skipped, or custom leaves traced): where, how often."""
+
+    op: str
+    reason: str
+    count: int = 0
+    locations: list[str] = field(default_factory=list)
+
+    def add(self, location: str) -> None:
+        """Count one more call at ``location``."""
+        self.count += 1
+        if location not in self.locations:
+            self.locations.append(location)
+
+
+@dataclass
+class _Record:
+    """A call recorded inside a traced leaf, kept until the leaf is known to trace whole."""
+
+    op: OperatorSpec | None
+    """None for a skipped call."""
+    label: str
+    location: str
+    reason: str | None = None
+    live: LiveCost | None = None
+
+
+@dataclass
 class _Frame:
     name: str
     role: Literal["container", "module", "opaque", "traced", "nested"]
@@ -85,73 +123,10 @@ class _Frame:
     call: CallSpec | None = None
     tally: FlopTally | None = None
     skip: str | None = None
-
-
-class _Encoder:
-    """Numbers the tensors of one call in order of appearance (the same tensor once)."""
-
-    def __init__(self) -> None:
-        self.inputs: list[TensorSpec] = []
-        self._index: dict[int, int] = {}
-
-    def __call__(self, t: torch.Tensor) -> JsonValue:
-        i = self._index.get(id(t))
-        if i is None:
-            i = len(self.inputs)
-            self.inputs.append(tensor_spec(t))
-            self._index[id(t)] = i
-        if not t.is_contiguous():  # a transposed or sliced view: its layout changes the cost
-            return {"strided": {"tensor": i}, "stride": list(t.stride())}
-        return {"tensor": i}
-
-
-def tensor_spec(t: torch.Tensor, name: str | None = None) -> TensorSpec:
-    """Return the spec of a tensor's shape and dtype.
-
-    Raises:
-        _SkipError: a zero-size dimension or a dtype specs do not know.
-    """
-    try:
-        return TensorSpec(shape=list(t.shape), dtype=dtype_name(t.dtype), name=name)  # type: ignore[arg-type]
-    except ValidationError:
-        raise _SkipError(f"tensor {list(t.shape)}:{dtype_name(t.dtype)}") from None
-
-
-def _outputs(value: Any) -> list[TensorSpec]:
-    return [tensor_spec(t) for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
-
-
-def _has_tensor(value: Any) -> bool:
-    return any(isinstance(t, torch.Tensor) for t in tree_flatten(value)[0])
-
-
-def _encode_call(
-    args: Sequence[Any], kwargs: Mapping[str, Any], *, index_arg: bool = False
-) -> tuple[list[TensorSpec], CallSpec | None]:
-    """Encode a call's arguments; None for the call when they are the inputs, in order."""
-    encoder = _Encoder()
-    enc_args = [encode_value(a, encoder, index=index_arg and i == 1) for i, a in enumerate(args)]
-    enc_kwargs = {k: encode_value(v, encoder) for k, v in kwargs.items()}
-    plain = [{"tensor": i} for i in range(len(encoder.inputs))]
-    if not enc_kwargs and enc_args == plain:
-        return encoder.inputs, None
-    return encoder.inputs, CallSpec(args=enc_args, kwargs=enc_kwargs)
-
-
-def _opaque_name(text: str) -> str:
-    cleaned = text.replace("<", "").replace(">", "")
-    parts = [re.sub(r"\W", "_", p) or "_" for p in cleaned.split(".")]
-    return ".".join(p if not p[0].isdigit() else "_" + p for p in parts)[:300]
-
-
-def _describe_args(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    def show(value: Any) -> str:
-        if isinstance(value, torch.Tensor):
-            return "tensor"
-        return _ADDRESS.sub("", repr(value))[:80]
-
-    parts = [show(a) for a in args] + [f"{k}={show(v)}" for k, v in kwargs.items()]
-    return ", ".join(parts)[:500]
+    pending: list[_Record] = field(default_factory=list)
+    """Traced: what its calls recorded, committed when it returns."""
+    problem: str | None = None
+    """Traced: the first call inside it that is opaque or skipped (tracing failed)."""
 
 
 class Recorder:
@@ -162,12 +137,16 @@ class Recorder:
         self.mode = mode
         self.custom_leaves = custom_leaves
         self.entries: dict[str, Entry] = {}
-        self.skipped: dict[str, int] = {}
+        self.skipped: dict[tuple[str, str], Listed] = {}
+        """Calls no spec can describe, by op and reason."""
+        self.traced: dict[tuple[str, str], Listed] = {}
+        """Custom leaves traced into their calls, by class and why they are not rebuilt."""
         self._names: dict[int, list[str]] = {}
         for name, module in model.named_modules(remove_duplicate=False):
             self._names.setdefault(id(module), []).append(name)
         self._plans: dict[int, _Frame] = {}
         self._stack: list[_Frame] = []
+        self._tracing: list[_Frame] = []
         self._leaf_depth = 0
         self._busy = 0
         self._handles: list[RemovableHandle] = []
@@ -239,35 +218,43 @@ class Recorder:
             plan = self._plan(module)
             frame = _Frame(name, plan.role, plan.plan)
             if frame.role in ("module", "opaque"):
-                self._leaf_depth += 1
                 with torch._C.DisableTorchFunction():
-                    try:
-                        frame.inputs, frame.call = _encode_call(args, kwargs)
-                    except _SkipError as exc:
-                        frame.skip = str(exc)
-                    except EncodingError as exc:
-                        if frame.role == "module":  # a torch.nn leaf called with exotic arguments
-                            frame.role = "opaque"
-                            frame.plan = NotRebuildable(f"call arguments: {exc}")
-                        frame.inputs = self._tensor_inputs(args, kwargs, frame)
-                        frame.call = None
+                    self._describe_leaf(frame, args, kwargs)
+            if frame.role in ("module", "opaque"):
+                self._leaf_depth += 1
+            elif frame.role == "traced":
+                self._tracing.append(frame)
             self._stack.append(frame)
         finally:
             self._busy -= 1
-        if frame.role == "opaque" and frame.skip is None:
-            frame.tally = FlopTally()
+        if (frame.role == "opaque" and frame.skip is None) or frame.role == "traced":
+            frame.tally = FlopTally()  # a traced leaf's, in case it turns out opaque
             frame.tally.__enter__()
 
-    def _tensor_inputs(self, args: Any, kwargs: Any, frame: _Frame) -> list[TensorSpec]:
+    def _describe_leaf(self, frame: _Frame, args: Any, kwargs: Any) -> None:
+        """Encode a recorded leaf's call; a ``torch.nn`` leaf with exotic arguments is traced.
+
+        (Opaque under ``custom_leaves="opaque"``.)
+        """
         try:
-            return [
-                tensor_spec(t)
-                for t in tree_flatten((args, kwargs))[0]
-                if isinstance(t, torch.Tensor)
-            ]
-        except _SkipError as exc:
+            frame.inputs, frame.call = encode_call(args, kwargs)
+        except Undescribable as exc:
             frame.skip = str(exc)
-            return []
+        except EncodingError as exc:
+            if frame.role == "module":
+                frame.plan = NotRebuildable(f"call arguments: {exc}")
+                if self.custom_leaves == "trace":
+                    frame.role = "traced"
+                    return
+                frame.role = "opaque"
+            frame.inputs, frame.call = self._leaf_inputs(frame, args, kwargs)
+
+    def _leaf_inputs(self, frame: _Frame, args: Any, kwargs: Any) -> _Encoded:
+        try:
+            return tensor_inputs(args, kwargs), None
+        except Undescribable as exc:
+            frame.skip = str(exc)
+            return [], None
 
     def _post_hook(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -277,59 +264,96 @@ class Recorder:
         frame = self._stack.pop()
         if frame.tally is not None:
             frame.tally.__exit__(None, None, None)
+        if frame.role == "traced":
+            self._tracing.pop()
+            with torch._C.DisableTorchFunction():
+                self._end_trace(module, frame, args, kwargs, output)
+            return
         if frame.role not in ("module", "opaque"):
             return
         self._leaf_depth -= 1
         with torch._C.DisableTorchFunction():
-            if frame.skip is not None:
-                self._skip(frame.skip)
-                return
+            label = frame.plan.op if isinstance(frame.plan, Rebuildable) else class_name(module)
             try:
-                outputs = _outputs(output)
-            except _SkipError as exc:
-                self._skip(str(exc))
-                return
-            if isinstance(frame.plan, Rebuildable) and frame.role == "module":
-                op = OperatorSpec(
-                    op=frame.plan.op,
-                    form="module",
-                    args=frame.plan.args,
-                    dtype=frame.plan.dtype,  # type: ignore[arg-type]
-                    inputs=frame.inputs,
-                    call=frame.call,
-                    outputs=outputs,
-                )
-                self._add(op, frame.name)
-                return
-            cls = type(module)
-            state = {
-                n: list(t.shape)
-                for n, t in (
-                    *module.named_parameters(recurse=False),
-                    *module.named_buffers(recurse=False),
-                )
-            }
-            opaque_args: dict[str, JsonValue] = {"state": state}  # type: ignore[dict-item]
-            if module.extra_repr():
-                opaque_args["extra_repr"] = module.extra_repr()[:MAX_JSON_STRING]
-            op = OperatorSpec(
-                op=_opaque_name(f"{cls.__module__}.{cls.__qualname__}"),
-                form="opaque",
-                args=opaque_args,
-                inputs=frame.inputs,
-                call=frame.call,
-                outputs=outputs,
+                if frame.skip is not None:
+                    raise Undescribable(frame.skip)
+                outputs = output_specs(output)
+                if isinstance(frame.plan, Rebuildable) and frame.role == "module":
+                    op = operator_spec(
+                        op=frame.plan.op,
+                        form="module",
+                        args=frame.plan.args,
+                        dtype=frame.plan.dtype,
+                        inputs=frame.inputs,
+                        call=frame.call,
+                        outputs=outputs,
+                    )
+                    self._add(op, label, frame.name)
+                    return
+                reason = frame.plan.reason if isinstance(frame.plan, NotRebuildable) else "custom"
+                self._add_opaque_module(module, frame, outputs, reason)
+            except Undescribable as exc:
+                self._skip(label, frame.name, str(exc))
+
+    def _add_opaque_module(
+        self, module: nn.Module, frame: _Frame, outputs: list[TensorSpec], reason: str
+    ) -> None:
+        state = {
+            n: list(t.shape)
+            for n, t in (
+                *module.named_parameters(recurse=False),
+                *module.named_buffers(recurse=False),
             )
-            reason = frame.plan.reason if isinstance(frame.plan, NotRebuildable) else "custom"
-            live = None
-            if frame.tally is not None:
-                tensors = (*module.parameters(recurse=False), *module.buffers(recurse=False))
-                live = LiveCost(
-                    frame.tally.result,
-                    sum(p.numel() for p in module.parameters(recurse=False)),
-                    sum(t.numel() * t.element_size() for t in tensors),
+        }
+        opaque_args: dict[str, JsonValue] = {"state": state}  # type: ignore[dict-item]
+        if module.extra_repr():
+            opaque_args["extra_repr"] = module.extra_repr()[:MAX_JSON_STRING]
+        op = operator_spec(
+            op=opaque_name(class_name(module)),
+            form="opaque",
+            args=opaque_args,
+            inputs=frame.inputs,
+            call=frame.call,
+            outputs=outputs,
+        )
+        live = None
+        if frame.tally is not None:
+            tensors = (*module.parameters(recurse=False), *module.buffers(recurse=False))
+            live = LiveCost(
+                frame.tally.result,
+                sum(p.numel() for p in module.parameters(recurse=False)),
+                sum(t.numel() * t.element_size() for t in tensors),
+            )
+        self._add(op, op.op, frame.name, reason=reason, live=live)
+
+    def _end_trace(
+        self, module: nn.Module, frame: _Frame, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        """Commit a traced leaf's calls; where one is opaque or skipped, the leaf is opaque."""
+        why = frame.plan.reason if isinstance(frame.plan, NotRebuildable) else "custom"
+        # A model that is itself a leaf keeps its calls: opaque whole, nothing would be measured.
+        if frame.problem is not None and module is not self.model:
+            try:
+                try:
+                    frame.inputs, frame.call = encode_call(args, kwargs)
+                except EncodingError:
+                    frame.inputs, frame.call = tensor_inputs(args, kwargs), None
+                outputs = output_specs(output)
+                self._add_opaque_module(
+                    module, frame, outputs, f"{why}; tracing it failed: {frame.problem}"
                 )
-            self._add(op, frame.name, reason=reason, live=live)
+                return
+            except Undescribable:
+                pass  # the leaf cannot be described either: its calls say what they can
+        for record in frame.pending:
+            if record.op is None:
+                self._skip(record.label, record.location, record.reason or "")
+            else:
+                self._add(
+                    record.op, record.label, record.location, reason=record.reason, live=record.live
+                )
+        key = (class_name(module), why)
+        self.traced.setdefault(key, Listed(*key)).add(frame.name)
 
     # -- functional calls -----------------------------------------------------------------------
 
@@ -345,11 +369,13 @@ class Recorder:
             # Encoded before the call runs: an in-place op must be described by what it was given.
             with torch._C.DisableTorchFunction():
                 try:
-                    encoded = _encode_call(args, kwargs, index_arg=name in _INDEXING)
+                    encoded = encode_call(args, kwargs, index_arg=name in _INDEXING)
                 except EncodingError as exc:
                     problem = f"arguments: {exc}"
-                except _SkipError as exc:
+                except Undescribable as exc:
                     skip = str(exc)
+                except ValidationError as exc:  # the call's JSON is beyond the format's limits
+                    problem = f"arguments: {exc.errors()[0]['msg'] if exc.errors() else exc}"
         else:
             problem = "not an allowed torch function"
         if encoded is None and skip is None:  # opaque: its cost can only be counted now
@@ -376,58 +402,59 @@ class Recorder:
         live: LiveCost | None,
     ) -> None:
         setitem = name == "torch.Tensor.__setitem__"
-        if not setitem and not _has_tensor(out):
+        if not setitem and not has_tensor(out):
             return  # metadata (sizes, dtypes, booleans): nothing runs on the device
-        if skip is not None:
-            self._skip(skip)
-            return
         location = self._stack[-1].name if self._stack else ""
+        label = call_label(func, name)
         try:
-            outputs = [] if setitem else _outputs(out)
+            if skip is not None:
+                raise Undescribable(skip)
+            outputs = [] if setitem else output_specs(out)
             if encoded is not None and name is not None:
                 inputs, call = encoded
-                op = OperatorSpec(
+                op = operator_spec(
                     op=name, form="function", inputs=inputs, call=call, outputs=outputs
                 )
-                self._add(op, location)
+                self._add(op, label, location)
                 return
-            inputs = [
-                tensor_spec(t)
-                for t in tree_flatten((list(args), dict(kwargs)))[0]
-                if isinstance(t, torch.Tensor)
-            ]
-        except _SkipError as exc:
-            self._skip(str(exc))
-            return
-        if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-            label = f"torch.ops.{func}"  # torch.ops.aten.mm: what the user's code called
-        else:
-            label = name or (
-                f"{getattr(func, '__module__', None) or 'unknown'}."
-                f"{getattr(func, '__qualname__', None) or 'function'}"
+            op = operator_spec(
+                op=opaque_name(label),
+                form="opaque",
+                args={"arguments": describe_args(args, kwargs)},
+                inputs=tensor_inputs(list(args), dict(kwargs)),
+                outputs=outputs,
             )
-        op = OperatorSpec(
-            op=_opaque_name(label),
-            form="opaque",
-            args={"arguments": _describe_args(args, kwargs)},
-            inputs=inputs,
-            outputs=outputs,
-        )
-        self._add(op, location, reason=problem, live=live)
+        except Undescribable as exc:
+            self._skip(label, location, str(exc))
+            return
+        self._add(op, label, location, reason=problem, live=live)
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
-    def _skip(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+    def _skip(self, label: str, location: str, reason: str) -> None:
+        if self._tracing:
+            frame = self._tracing[-1]
+            frame.pending.append(_Record(None, label, location, reason))
+            frame.problem = frame.problem or f"{label}: {reason}"
+            return
+        key = (label, reason)
+        self.skipped.setdefault(key, Listed(*key)).add(location)
 
     def _add(
         self,
         op: OperatorSpec,
+        label: str,
         location: str,
         *,
         reason: str | None = None,
         live: LiveCost | None = None,
     ) -> None:
+        if self._tracing:
+            frame = self._tracing[-1]
+            frame.pending.append(_Record(op, label, location, reason, live))
+            if op.form == "opaque":
+                frame.problem = frame.problem or f"{label} is opaque ({reason or 'custom'})"
+            return
         key = operator_key(op, self.mode)
         entry = self.entries.get(key)
         if entry is None:

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import platform
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from pydantic import JsonValue
 from torch import nn
 
-from operator_db import __version__
 from operator_db.errors import HarvestError, OperatorDBError
 from operator_db.harvest.capture import CaptureMode, CustomLeaves, Entry, Recorder
 from operator_db.harvest.inputs import ModelInputs
@@ -27,11 +21,18 @@ from operator_db.harvest.refs import (
     load_model,
     parse_reference,
 )
+from operator_db.harvest.result import (
+    HarvestResult,
+    OpaqueOp,
+    SkippedCall,
+    TracedLeaf,
+    listed,
+    provenance,
+)
 from operator_db.ops.admission import admit_spec
 from operator_db.ops.cost import OpCost, compulsory_bytes, op_cost
 from operator_db.ops.encoding import dtype_name
-from operator_db.ops.flops import counted_by_flop_counter
-from operator_db.specs.io import parse_spec, write_spec
+from operator_db.specs.io import parse_spec
 from operator_db.specs.keys import operator_key
 from operator_db.specs.schema import (
     MAX_NUMEL,
@@ -44,66 +45,6 @@ from operator_db.specs.schema import (
 )
 
 RunDevice = Literal["auto", "meta", "cpu"]
-
-
-@dataclass(frozen=True)
-class OpaqueOp:
-    """An operator recorded but not rebuildable (never measured): what, where, how often, why."""
-
-    op: str
-    locations: list[str]
-    count: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class HarvestResult:
-    """A harvested spec and what the user should know about how it was obtained."""
-
-    spec: Spec
-    device: str
-    """Where the model ran: ``meta`` (shapes only) or ``cpu`` (it needed data)."""
-    fallback: str | None
-    """Why the model ran on the CPU, when it did."""
-    opaque: list[OpaqueOp] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    """Wall time of the harvest (run, capture, costs), excluding building the model."""
-
-    @property
-    def configurations(self) -> int:
-        """Distinct operator configurations."""
-        return len(self.spec.operators)
-
-    @property
-    def calls(self) -> int:
-        """Operator calls in one forward pass: Σ count."""
-        return sum(op.count for op in self.spec.operators)
-
-    @property
-    def flops(self) -> int:
-        """Forward FLOPs of the model: Σ count × flops."""
-        return sum(op.count * (op.flops or 0) for op in self.spec.operators)
-
-    @property
-    def flops_backward(self) -> int:
-        """Backward FLOPs of the model: Σ count × flops_backward (0 for inference specs)."""
-        return sum(op.count * (op.flops_backward or 0) for op in self.spec.operators)
-
-    @property
-    def counter_flops(self) -> int:
-        """The part of :attr:`flops` FlopCounterMode counts (matmul, convolution, attention)."""
-        return sum(
-            op.count * (op.flops or 0)
-            for op in self.spec.operators
-            if counted_by_flop_counter(op.flop_rule)
-        )
-
-    def write(self, path: str | Path) -> Path:
-        """Write the spec as YAML to ``path``; return the path."""
-        path = Path(path)
-        write_spec(self.spec, path)
-        return path
 
 
 def _first_line(exc: BaseException) -> str:
@@ -262,40 +203,6 @@ def _merge(ops: list[OperatorSpec], mode: Mode) -> list[OperatorSpec]:
     return list(merged.values())
 
 
-def _provenance(
-    ref: ModelRef | None,
-    device: str,
-    fallback: str | None,
-    custom: CustomLeaves,
-    opaque: list[OpaqueOp],
-    skipped: dict[str, int],
-) -> dict[str, JsonValue]:
-    found: dict[str, JsonValue] = {
-        "tool": f"operator-db {__version__} harvest",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
-    transformers = sys.modules.get("transformers")
-    if transformers is not None:
-        found["transformers"] = str(getattr(transformers, "__version__", "unknown"))
-    found |= {
-        "reference": ref.text if ref else None,
-        "device": device,
-        "custom_leaves": custom,
-        "date": dt.datetime.now(dt.UTC).date().isoformat(),
-    }
-    if fallback:
-        found["fallback"] = fallback
-    if opaque:
-        # Bounded: provenance is free-form JSON of at most 64 KiB (specs/limits.py).
-        lines = [f"{o.op} at {', '.join(o.locations[:3])}: {o.reason}"[:500] for o in opaque]
-        more = [f"and {len(lines) - 50} more"] if len(lines) > 50 else []
-        found["opaque"] = [*lines[:50], *more]
-    if skipped:
-        found["skipped"] = {k: v for k, v in skipped.items()}
-    return found
-
-
 def harvest(
     model: nn.Module | str,
     example_inputs: Any = None,
@@ -306,7 +213,7 @@ def harvest(
     device: RunDevice = "auto",
     overrides: Mapping[str, JsonValue] | None = None,
     reference: ModelRef | str | None = None,
-    custom_leaves: CustomLeaves = "opaque",
+    custom_leaves: CustomLeaves = "trace",
     description: str | None = None,
 ) -> HarvestResult:
     """Describe a model as a spec of distinct operator configurations with counts, FLOPs and bytes.
@@ -321,9 +228,12 @@ def harvest(
     The model runs once on the meta device: no weight memory, no arithmetic. With
     ``device="auto"`` a model that needs data (``x.item()``, ``if mask.any():``) runs once on the
     CPU instead, and the result says so; ``"meta"`` refuses that, ``"cpu"`` runs there directly.
-    ``custom_leaves`` says what a custom leaf module with parameters becomes: ``"opaque"``
-    (recorded with its shapes and live-counted cost, never measured) or ``"trace"`` (its functional
-    calls are recorded, its parameters becoming inputs).
+    ``custom_leaves`` says what a custom leaf module (not a ``torch.nn`` class that can be rebuilt)
+    becomes: ``"trace"`` (its functional calls are recorded, its parameters becoming inputs; it is
+    one opaque call only where tracing fails, with the reason) or ``"opaque"`` (one with
+    parameters is recorded with its shapes and live-counted cost, never measured). The result lists
+    the leaves traced, the opaque calls and the calls a spec cannot describe (skipped), each with
+    where it ran and why.
 
     FLOPs are forward FLOPs per call (and backward FLOPs in training mode), bytes compulsory bytes
     per call (``operator_db.ops.flops``). Building the model is not part of ``seconds``.
@@ -376,24 +286,28 @@ def harvest(
         inputs=specs,
         description=description,
     )
+    skipped = [SkippedCall(*item) for item in listed(recorder.skipped)]
+    traced = [TracedLeaf(*item) for item in listed(recorder.traced)]
     spec = Spec(
         spec_version=SPEC_VERSION,
         model=info,
         operators=operators,
-        provenance=_provenance(ref, used, fallback, custom_leaves, opaque, recorder.skipped),
+        provenance=provenance(ref, used, fallback, custom_leaves, opaque, skipped, traced),
     )
     # What we write is valid, and passes the door (at the format's tensor limit: no settings here).
     admit_spec(
         parse_spec(spec.model_dump(mode="json"), f"harvest of {info.name}"),
         max_tensor_numel=MAX_NUMEL,
     )
-    if recorder.skipped:
-        warnings.append(
-            "skipped calls on tensors a spec cannot describe: "
-            + ", ".join(f"{k} ×{v}" for k, v in recorder.skipped.items())
-        )
     return HarvestResult(
-        spec, used, fallback, opaque, list(dict.fromkeys(warnings)), time.perf_counter() - started
+        spec,
+        used,
+        fallback,
+        opaque,
+        list(dict.fromkeys(warnings)),
+        time.perf_counter() - started,
+        skipped,
+        traced,
     )
 
 

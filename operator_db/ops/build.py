@@ -48,14 +48,17 @@ def _int_high(op: OperatorSpec, index: int, module: nn.Module | None) -> int:
 
     An Embedding's indices must be below ``num_embeddings``. For other ops the integer input is
     usually an index into another operand, so the values stay below the smallest dimension of the
-    op's floating-point tensors: always a valid index, if a less spread one. With nothing to index,
-    values are 0 or 1 (masks, token types).
+    op's floating-point (or boolean: a mask indexed) tensors: always a valid index, if a less
+    spread one. With nothing to index, values are 0 or 1 (masks, token types).
     """
     num_embeddings = getattr(module, "num_embeddings", None)
     if isinstance(num_embeddings, int):
         return max(1, num_embeddings)
     dims = [
-        d for i, t in enumerate(op.inputs) if i != index and _is_floating(t.dtype) for d in t.shape
+        d
+        for i, t in enumerate(op.inputs)
+        if i != index and (_is_floating(t.dtype) or t.dtype == "bool")
+        for d in t.shape
     ]
     if module is not None:
         dims += [d for p in module.parameters() for d in p.shape]

@@ -85,7 +85,13 @@ def test_sum_of_count_times_cost(store: Store) -> None:
     assert est.full_run_time_s == pytest.approx(1.5e-3)
     assert est.time_error == pytest.approx((1.4e-3 - 1.5e-3) / 1.5e-3)
     assert est.energy_error == pytest.approx((0.14 - 0.15) / 0.15)
-    assert est.coverage == 1.0 and est.unmeasured == [] and est.opaque == 1
+    # Every measurable call is measured; the opaque one never is: 3 of 4 calls.
+    assert est.coverage == 0.75 and est.unmeasured == [] and est.opaque == 1
+    assert est.warnings == [
+        "coverage 75.0% of calls measured: the operators' sum leaves out the rest",
+        "1 opaque configurations (1 calls: my.Custom) cannot be measured and are left out of "
+        "the operators' sum",
+    ]
     assert list(est.configs["op"]) == ["torch.nn.Linear", "torch.nn.ReLU", "my.Custom"]
     assert list(est.configs["time_share"].round(6))[:2] == [
         round(1e-3 / 1.4e-3, 6),
@@ -114,13 +120,19 @@ def test_coverage_and_roofline(store: Store) -> None:
     with store.transaction() as session:
         est = estimate_model(session, "toy", KIND, peaks=peaks)
     assert est.time_s == pytest.approx(1e-3)
-    assert est.coverage == pytest.approx(1 / 3)  # by count: Linear ×1 measured, ReLU ×2 not
+    # By count: Linear ×1 measured, ReLU ×2 not, the opaque call never.
+    assert est.coverage == pytest.approx(1 / 4)
     assert len(est.unmeasured) == 1
     linear_roof = max(4096 / 1e9, 4 * (64 + 512 + 32 + 128) / 1e8)
     relu_roof = max(128 / 1e9, 8 * 128 / 1e8)
     assert est.roofline_time_s == pytest.approx(linear_roof + 2 * relu_roof)
+    # The opaque configuration has no FLOPs or bytes in this spec: no roofline time to weigh.
     assert est.coverage_roofline == pytest.approx(linear_roof / (linear_roof + 2 * relu_roof))
-    assert est.notes[0] == "1 configurations not measured yet: the estimate is partial"
+    assert est.warnings[:2] == [
+        "coverage 25.0% of calls, 59.0% of roofline-bound time measured: the operators' sum "
+        "leaves out the rest",
+        "1 configurations not measured yet: the estimate is partial",
+    ]
     by_op = est.by_op.set_index("op")
     assert by_op.loc["torch.nn.Linear", "energy_j"] == pytest.approx(0.1)
     assert math.isnan(by_op.loc["torch.nn.ReLU", "energy_j"])  # unmeasured: unknown, not 0 J

@@ -110,3 +110,56 @@ def raising_factory() -> nn.Module:
 def not_a_module() -> int:
     """A factory that returns something else than a module."""
     return 3
+
+
+class AtenScale(nn.Module):
+    """A custom leaf with a weight whose call the builder may not run: tracing it fails."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.mm(x, self.weight).relu()
+
+
+class Untraceable(nn.Module):
+    """A Linear, then a custom leaf that cannot be traced, then a Linear."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.first = nn.Linear(width, width)
+        self.odd = AtenScale(width)
+        self.last = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.last(self.odd(self.first(x)))
+
+
+class BigMatmul(nn.Module):
+    """A custom leaf with a large weight: most of the work of :class:`MostlyCustom`."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(width, width) / width**0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
+class MostlyCustom(nn.Module):
+    """A small Linear, then a custom leaf doing far more work (opaque if not traced)."""
+
+    def __init__(self, width: int = 256) -> None:
+        super().__init__()
+        self.small = nn.Linear(width, 8)
+        self.expand = nn.Linear(8, width)
+        self.big = BigMatmul(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.big(self.big(self.expand(self.small(x))))
+
+
+def mostly_custom(width: int = 256) -> MostlyCustom:
+    """Factory for ``module:tests.harvest.models:mostly_custom``."""
+    return MostlyCustom(width)

@@ -73,22 +73,41 @@ def test_training_mode_and_a_file_name_with_the_batch(tmp_path: Path) -> None:
     assert "GFLOPs bwd" in out
 
 
-def test_transformers_defaults_and_opaque_modules_are_reported(tmp_path: Path) -> None:
-    code, out, exc = invoke(
-        "transformers:GPT2Model",
-        "n_layer=1",
-        "n_embd=64",
-        "n_head=2",
-        "vocab_size=100",
-        "-o",
-        str(tmp_path),
-    )
+GPT2 = ["transformers:GPT2Model", "n_layer=1", "n_embd=64", "n_head=2", "vocab_size=100"]
+
+
+def test_custom_leaves_are_traced_and_skipped_calls_listed(tmp_path: Path) -> None:
+    code, out, exc = invoke(*GPT2, "-o", str(tmp_path))
     assert (code, exc) == (0, None)
     spec = load_spec(tmp_path / "gpt2model-b1.yaml", max_bytes=10**6).spec
     assert spec.model.inputs[0].value_range == (0, 100)
+    assert {op.form for op in spec.operators} == {"module", "function"}
+    assert spec.provenance["custom_leaves"] == "trace"
+    lines = [line for line in out.splitlines() if not line.startswith(("┃", "│", "┏", "┡", "└"))]
+    assert lines[-4:] == [
+        "traced (4x, recorded as its calls): transformers.pytorch_utils.Conv1D at h.0.attn.c_attn, "
+        "h.0.attn.c_proj, h.0.mlp.c_fc ...",
+        "traced (1x, recorded as its calls): transformers.activations.NewGELUActivation at "
+        "h.0.mlp.act",
+        "skipped (2x, not in the spec): torch.tensor at h.0.attn: output tensor [0]:float32 is "
+        "empty (a spec's dimensions are positive)",
+        "skipped (2x, not in the spec): torch.cat at h.0.attn: input tensor [0]:float32 is empty "
+        "(a spec's dimensions are positive)",
+    ]
+
+
+def test_custom_leaves_can_stay_opaque(tmp_path: Path) -> None:
+    code, out, exc = invoke(*GPT2, "--opaque-custom-leaves", "-o", str(tmp_path))
+    assert (code, exc) == (0, None)
     assert (
-        "opaque (1x, never measured): transformers.pytorch_utils.Conv1D at h.0.attn.c_attn" in out
+        "opaque (1x, never measured): transformers.pytorch_utils.Conv1D at h.0.attn.c_attn: "
+        "transformers.pytorch_utils.Conv1D is not a torch.nn class" in out
     )
+    spec = load_spec(tmp_path / "gpt2model-b1.yaml", max_bytes=10**6).spec
+    assert spec.provenance["custom_leaves"] == "opaque"
+    # The old flag is the default now: accepted, and it changes nothing.
+    code, out, exc = invoke(*GPT2, "--trace-custom-leaves", "-o", str(tmp_path / "old"))
+    assert (code, exc) == (0, None) and "opaque (" not in out
 
 
 @pytest.mark.parametrize(

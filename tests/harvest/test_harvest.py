@@ -8,11 +8,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from operator_db.errors import HarvestError
-from operator_db.harvest import HarvestResult, OpaqueOp, harvest
+from operator_db.harvest import HarvestResult, OpaqueOp, SkippedCall, TracedLeaf, harvest
 from operator_db.ops import build_op, counted_by_flop_counter
 from operator_db.ops.build import output_specs
 from operator_db.specs import Spec, TensorSpec, load_spec, operator_key
-from tests.harvest.models import DataDependent, MixedNet, Raising
+from tests.harvest.models import DataDependent, MixedNet, Raising, Untraceable
 
 IMAGES = TensorSpec(shape=[2, 3, 32, 32])
 
@@ -81,7 +81,7 @@ def test_modules_and_functional_calls_between_them_are_recorded(mixed: HarvestRe
         ("torch.nn.functional.relu", "function", 1, ["act"]),  # a custom leaf without weights
         ("torch.Tensor.__pow__", "function", 1, ["act"]),
         ("torch.nn.GELU", "module", 1, ["gelu"]),  # its own F.gelu is not recorded again
-        ("tests.harvest.models.Scale", "opaque", 1, ["scale"]),
+        ("torch.Tensor.mul", "function", 1, ["scale"]),  # a custom leaf with weights, traced
         ("torch.Tensor.mean", "function", 1, [""]),
         ("torch.nn.Linear", "module", 1, ["head"]),
     ]
@@ -143,8 +143,38 @@ def test_every_configuration_rebuilds_and_runs_on_the_cpu(mixed: HarvestResult) 
     assert_round_trip(mixed.spec)
 
 
-def test_custom_leaf_with_weights_is_opaque_and_reported(mixed: HarvestResult) -> None:
-    assert mixed.opaque == [
+def test_custom_leaves_are_traced_into_their_calls(mixed: HarvestResult) -> None:
+    assert mixed.opaque == [] and mixed.skipped == []
+    inside = [op for op in mixed.spec.operators if op.locations == ["scale"]]
+    assert [(op.op, [t.shape for t in op.inputs]) for op in inside] == [
+        ("torch.Tensor.mul", [[2, 64, 32], [32]])
+    ]  # the weight became an input
+    assert mixed.traced == [
+        TracedLeaf(
+            "tests.harvest.models.SquaredReLU",
+            ["act"],
+            1,
+            "tests.harvest.models.SquaredReLU is not a torch.nn class",
+        ),
+        TracedLeaf(
+            "tests.harvest.models.Scale",
+            ["scale"],
+            1,
+            "tests.harvest.models.Scale is not a torch.nn class",
+        ),
+    ]
+    assert mixed.spec.provenance["custom_leaves"] == "trace"
+    assert mixed.spec.provenance["traced"] == [
+        "tests.harvest.models.SquaredReLU ×1 at act: tests.harvest.models.SquaredReLU is not a "
+        "torch.nn class",
+        "tests.harvest.models.Scale ×1 at scale: tests.harvest.models.Scale is not a torch.nn "
+        "class",
+    ]
+
+
+def test_custom_leaves_with_weights_can_stay_opaque(mixed: HarvestResult) -> None:
+    result = harvest(MixedNet(), IMAGES, custom_leaves="opaque")
+    assert result.opaque == [
         OpaqueOp(
             "tests.harvest.models.Scale",
             ["scale"],
@@ -152,25 +182,17 @@ def test_custom_leaf_with_weights_is_opaque_and_reported(mixed: HarvestResult) -
             "tests.harvest.models.Scale is not a torch.nn class",
         )
     ]
-    scale = next(op for op in mixed.spec.operators if op.form == "opaque")
+    scale = next(op for op in result.spec.operators if op.form == "opaque")
     assert scale.args == {"state": {"weight": [32]}}
     assert (scale.flops, scale.flop_rule, scale.params) == (2 * 64 * 32, "elementwise", 32)
     assert scale.bytes == 4 * (2 * 2 * 64 * 32 + 32)  # input, output, weight
-    assert mixed.spec.provenance["opaque"] == [
-        "tests.harvest.models.Scale at scale: tests.harvest.models.Scale is not a torch.nn class"
+    assert result.spec.provenance["opaque"] == [
+        "tests.harvest.models.Scale ×1 at scale: tests.harvest.models.Scale is not a torch.nn class"
     ]
+    assert [t.op for t in result.traced] == ["tests.harvest.models.SquaredReLU"]  # no weights
+    assert result.flops == mixed.flops  # the same cost, counted live
     with pytest.raises(Exception, match="opaque"):
         build_op(scale)
-
-
-def test_custom_leaves_can_be_traced_instead() -> None:
-    result = harvest(MixedNet(), IMAGES, custom_leaves="trace")
-    assert result.opaque == []
-    inside = [op for op in result.spec.operators if op.locations == ["scale"]]
-    assert [(op.op, [t.shape for t in op.inputs]) for op in inside] == [
-        ("torch.Tensor.mul", [[2, 64, 32], [32]])
-    ]  # the weight became an input
-    assert result.flops == harvest(MixedNet(), IMAGES).flops
 
 
 def test_training_mode_counts_backward_flops() -> None:
@@ -301,17 +323,23 @@ def test_missing_inputs_and_wrong_arguments() -> None:
         harvest(3, IMAGES)  # type: ignore[arg-type]
 
 
-def test_calls_a_spec_cannot_describe_are_skipped_and_reported() -> None:
+def test_calls_a_spec_cannot_describe_are_listed_with_where_and_why() -> None:
     class Empty(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.cat([x, x.new_zeros(0)]) * 2
 
     result = harvest(Empty(), TensorSpec(shape=[4]))
     assert [op.op for op in result.spec.operators] == ["torch.Tensor.mul"]
-    assert result.warnings == [
-        "skipped calls on tensors a spec cannot describe: tensor [0]:float32 ×2"
+    empty = "tensor [0]:float32 is empty (a spec's dimensions are positive)"
+    assert result.skipped == [
+        SkippedCall("torch.Tensor.new_zeros", [""], 1, f"output {empty}"),
+        SkippedCall("torch.cat", [""], 1, f"input {empty}"),
     ]
-    assert result.spec.provenance["skipped"] == {"tensor [0]:float32": 2}
+    assert result.warnings == []
+    assert result.spec.provenance["skipped"] == [
+        f"torch.Tensor.new_zeros ×1 at (model): output {empty}",
+        f"torch.cat ×1 at (model): input {empty}",
+    ]
 
 
 def test_calls_outside_the_allow_list_are_opaque_with_their_cost() -> None:
@@ -330,3 +358,77 @@ def test_calls_outside_the_allow_list_are_opaque_with_their_cost() -> None:
     assert result.opaque == [
         OpaqueOp("torch.ops.aten.mm", [""], 1, "not an allowed torch function")
     ]
+
+
+def test_a_custom_leaf_that_cannot_be_traced_is_opaque_with_the_reason() -> None:
+    result = harvest(Untraceable(), TensorSpec(shape=[4, 8]))
+    assert [(op.op, op.form, op.locations) for op in result.spec.operators] == [
+        ("torch.nn.Linear", "module", ["first", "last"]),
+        ("tests.harvest.models.AtenScale", "opaque", ["odd"]),
+    ]
+    reason = (
+        "tests.harvest.models.AtenScale is not a torch.nn class; tracing it failed: "
+        "torch.ops.aten.mm is opaque (not an allowed torch function)"
+    )
+    assert result.opaque == [OpaqueOp("tests.harvest.models.AtenScale", ["odd"], 1, reason)]
+    assert result.traced == []  # its calls are not in the spec
+    odd = result.spec.operators[1]
+    # Counted live; FlopCounterMode counted the mm, so its count alone is the FLOPs (as for any op).
+    assert (odd.flops, odd.flop_rule, odd.params) == (2 * 4 * 8 * 8, "matmul", 64)
+    assert odd.args == {"state": {"weight": [8, 8]}}
+    assert result.spec.provenance["opaque"] == [
+        f"tests.harvest.models.AtenScale ×1 at odd: {reason}"
+    ]
+
+
+def test_a_torch_nn_leaf_called_with_arguments_a_spec_cannot_hold_is_traced() -> None:
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ident = nn.Identity()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.ident({1: x})[1])  # a mapping with an int key has no JSON form
+
+    result = harvest(Odd(), TensorSpec(shape=[2, 4]))
+    assert result.opaque == []
+    ((op, locations, count, reason),) = [
+        (t.op, t.locations, t.count, t.reason) for t in result.traced
+    ]
+    assert (op, locations, count) == ("torch.nn.modules.linear.Identity", ["ident"], 1)
+    assert reason == "call arguments: a mapping argument has non-string keys"
+    opaque = harvest(Odd(), TensorSpec(shape=[2, 4]), custom_leaves="opaque")
+    assert [o.op for o in opaque.opaque] == ["torch.nn.modules.linear.Identity"]
+
+
+def test_long_lists_stay_within_the_provenance_limit() -> None:
+    """Hundreds of distinct traced, opaque and skipped calls: each list is cut, the spec valid."""
+
+    def leaf(i: int, body: str) -> nn.Module:
+        forward = {
+            "traced": lambda self, x: x * 2,
+            "opaque": lambda self, x: torch.ops.aten.mul(x, 2),  # tracing it fails
+        }[body]
+        cls = type(f"{body.title()}Leaf{i}_" + "x" * 200, (nn.Module,), {"forward": forward})
+        return cls()  # type: ignore[no-any-return]
+
+    class Many(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.leaves = nn.ModuleList(
+                leaf(i, body) for i in range(120) for body in ("traced", "opaque")
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for i, module in enumerate(self.leaves):
+                x = module(x)
+                x.new_zeros(i + 1, 0)  # an empty tensor of another shape each time: skipped
+            return x
+
+    result = harvest(Many(), TensorSpec(shape=[4]))
+    assert (len(result.traced), len(result.opaque), len(result.skipped)) == (120, 120, 240)
+    for key in ("traced", "opaque", "skipped"):
+        lines = result.spec.provenance[key]
+        assert isinstance(lines, list) and len(lines) == 41
+        assert lines[-1] == f"and {len(getattr(result, key)) - 40} more"

@@ -93,6 +93,21 @@ def test_integer_index_without_range_is_valid_for_the_indexed_operand() -> None:
     assert built.run().shape == (4, 5, 8)
 
 
+def test_integer_indices_of_a_boolean_mask_are_valid() -> None:
+    # Bart's decoder indexes its [1, 8] causal mask with two int64 index tensors.
+    spec = op(
+        op="torch.Tensor.__getitem__",
+        form="function",
+        inputs=[
+            {"shape": [1, 8], "dtype": "bool"},
+            {"shape": [1, 1, 1, 1], "dtype": "int64"},
+            {"shape": [1, 1, 1, 8], "dtype": "int64"},
+        ],
+        call={"args": [{"tensor": 0}, [{"tensor": 1}, {"tensor": 2}]]},
+    )
+    assert build_op(spec).run().shape == (1, 1, 1, 8)
+
+
 def test_function_with_strided_input_keeps_its_layout() -> None:
     spec = op(
         op="torch.Tensor.contiguous",

@@ -180,8 +180,9 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
     modules running it (its locations; its count where none are recorded), so a module called
     twice counts once; ``achieved_flops_per_s`` ``step_flops / latency_s``; ``estimate_s`` the
     composed time Σ count × latest eager per-call time over the measured configurations (as
-    ``estimate_model(timing="eager")``), ``coverage`` the measured share of its measurable calls,
-    and ``estimate_error`` (estimate − measured) / measured, given only at full coverage.
+    ``estimate_model(timing="eager")``), ``coverage`` the measured share of its calls (opaque
+    ones count: they are never measured), and ``estimate_error`` (estimate − measured) /
+    measured, given only at full coverage.
 
     Raises:
         NotFoundError: a named device kind does not exist.
@@ -216,7 +217,7 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
     for model_id, kind_id in runs:
         run_kinds.setdefault(model_id, []).append(kind_id)
     totals: dict[int, dict[str, float]] = {}
-    per_kind: dict[tuple[int, int], list[float]] = {}  # [time, measured calls, measurable calls]
+    per_kind: dict[tuple[int, int], list[float]] = {}  # [time, measured calls, all calls]
     for model_id, config_id, count, locations, form, flops, flops_bwd, params in links:
         t = totals.setdefault(
             model_id, {"flops": 0, "flops_backward": 0, "has_backward": 0, "params": 0}
@@ -226,12 +227,10 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
             t["flops_backward"] += count * flops_bwd
             t["has_backward"] = 1
         t["params"] += params * _unique_calls(count, locations)
-        if form == "opaque":
-            continue
         for kind_id in run_kinds[model_id]:
             acc = per_kind.setdefault((model_id, kind_id), [0.0, 0.0, 0.0])
-            acc[2] += count
-            time_s = times.get((config_id, kind_id))
+            acc[2] += count  # opaque calls too: never measured, they leave a gap
+            time_s = None if form == "opaque" else times.get((config_id, kind_id))
             if time_s is not None:
                 acc[0] += count * time_s
                 acc[1] += count
@@ -244,8 +243,8 @@ def model_table(session: Session, *, device_kinds: Sequence[str] | None = None) 
         latency = run.time_median_s
         batch = model.batch_size
         energy = math.nan if run.energy_per_call_j is None else run.energy_per_call_j
-        time_s, measured, measurable = per_kind.get((model_id, kind_id), [0.0, 0.0, 0.0])
-        coverage = measured / measurable if measurable else math.nan
+        time_s, measured, calls = per_kind.get((model_id, kind_id), [0.0, 0.0, 0.0])
+        coverage = measured / calls if calls else math.nan
         estimate = time_s if measured else math.nan
         records.append(
             {
