@@ -31,7 +31,14 @@ from operator_db.specs import load_spec
 from operator_db.worker.daemon import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = [f"{m}-b{b}" for m in ("resnet50", "mobilenetv2", "bert-base") for b in (1, 8)]
+DEFAULT = [
+    *(f"{m}-b{b}" for m in ("resnet50", "mobilenetv2", "bert-base") for b in (1, 8)),
+    "ftransformer-b1",
+    "ftransformer-b8",
+    "gpt2-b1",
+]
+"""The shipped transformers specs, GPT-2 (custom Conv1D leaves, traced) and a functional-style
+transformer of our own (everything a functional call)."""
 
 
 def main() -> None:
@@ -87,6 +94,7 @@ def main() -> None:
                     loaded.spec.model.name,
                     kind,
                     aggregate="median" if args.passes > 1 else "latest",
+                    cache_mode=settings.measure.cache_mode,
                 )
                 rows.append(est)
         device.close()
@@ -94,7 +102,8 @@ def main() -> None:
     print(
         f"device kind: {kind}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"{done} jobs in {wall:.0f} s ({args.passes} passes, "
-        f"{'separate' if args.separate else 'interleaved'}), {failed} failed"
+        f"{'separate' if args.separate else 'interleaved'}, {settings.measure.cache_mode} "
+        f"cache), {failed} failed"
     )
     print()
     print(

@@ -18,6 +18,9 @@ SHIPPED = {
     "mobilenetv2-b8": ("transformers:MobileNetV2Model", 8),
     "bert-base-b1": ("transformers:BertModel", 1),
     "bert-base-b8": ("transformers:BertModel", 8),
+    "gpt2-b1": ("transformers:GPT2Model", 1),  # custom leaves (Conv1D), traced
+    "ftransformer-b1": ("module:operator_db.examples:functional_transformer", 1),
+    "ftransformer-b8": ("module:operator_db.examples:functional_transformer", 8),
 }
 
 
@@ -40,15 +43,18 @@ def test_shipped_spec_describes_its_model(name: str) -> None:
         op.key is not None and op.flops is not None and op.bytes is not None
         for op in spec.operators
     )
-    if reference == "transformers:BertModel":
+    vocabulary = {"transformers:BertModel": 30522, "transformers:GPT2Model": 50257}
+    if reference in vocabulary:
         assert [t.model_dump(exclude_none=True) for t in spec.model.inputs] == [
             {
                 "name": "input_ids",
                 "shape": [batch, 128],
                 "dtype": "int64",
-                "value_range": (0, 30522),
+                "value_range": (0, vocabulary[reference]),
             }
         ]
+    elif reference.startswith("module:"):
+        assert [(t.name, t.shape) for t in spec.model.inputs] == [(None, [batch, 128, 256])]
     else:
         assert [(t.name, t.shape) for t in spec.model.inputs] == [
             ("pixel_values", [batch, 3, 224, 224])
