@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated, Literal
 
@@ -107,14 +106,14 @@ def get_estimate(
         cache_mode=cache_mode,
         aggregate=aggregate,
     )
-    ranked = est.configs.sort_values("time_s", ascending=False, na_position="last", kind="stable")
-    page = ranked.iloc[offset : offset + limit]
+    # Costliest first, the unmeasured last, ties in spec order.
+    ranked = sorted(est.config_rows, key=lambda r: (r["time_s"] is None, -(r["time_s"] or 0.0)))
     summary = {k: _finite(v) for k, v in est.summary().items()}
     return EstimateOut(
         **summary,
-        by_op=json.loads(est.by_op.to_json(orient="records")),
-        configurations=json.loads(page.to_json(orient="records")),
-        configurations_total=len(est.configs),
+        by_op=est.op_rows,
+        configurations=ranked[offset : offset + limit],
+        configurations_total=len(est.config_rows),
     )
 
 

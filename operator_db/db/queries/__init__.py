@@ -16,6 +16,7 @@ from operator_db.db.queries.devices import (
     list_hosts,
 )
 from operator_db.db.queries.models import (
+    ConfigCost,
     ModelConfig,
     ModelOperatorRow,
     ModelSummary,
@@ -24,6 +25,7 @@ from operator_db.db.queries.models import (
     delete_model,
     get_model,
     list_models,
+    model_config_costs,
     model_configs,
     model_count,
     model_operators,
@@ -45,6 +47,7 @@ from operator_db.db.queries.tables import TABLES, row_counts
 __all__ = [
     "TABLES",
     "Aggregate",
+    "ConfigCost",
     "Figure",
     "ModelConfig",
     "ModelOperatorRow",
@@ -69,6 +72,7 @@ __all__ = [
     "list_hosts",
     "list_models",
     "measured_config_ids",
+    "model_config_costs",
     "model_configs",
     "model_config_figures",
     "model_count",
