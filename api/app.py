@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from api import metrics, problems
@@ -21,6 +22,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = chosen
+        # A request holds one slot from before its session opens until after it closes, so that
+        # no thread ever waits for a pooled connection (see api.deps.session_slot).
+        app.state.session_slots = anyio.Semaphore(chosen.api_concurrency)
         with Store.from_settings(chosen) as store:
             app.state.store = store
             yield

@@ -242,6 +242,14 @@ class Settings(BaseSettings):
     api_protect_reads: bool = Field(
         default=False, description="Ask a token of reads too (reads are open by default)."
     )
+    api_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=14,
+        description="Requests one API process serves from the database at once; the others "
+        "wait their turn without holding a thread. At most 14: one fewer than the database "
+        "connections a process keeps (db.engine's POOL_SIZE + POOL_OVERFLOW).",
+    )
     measure: MeasureSettings = Field(
         default_factory=MeasureSettings,
         description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",
