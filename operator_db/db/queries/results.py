@@ -67,20 +67,30 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
         groups.setdefault((row.target_id, row.device_kind_id, row.timing), []).append(row)
     out: dict[FigureKey, Figure] = {}
     for key, results in groups.items():
-        results.sort(key=lambda r: (r.created_at, r.id))
-        chosen = results[-1:] if how == "latest" else results
-        samples = results[-1].samples if how == "latest" else len(results)
+        if how == "latest":  # several rows only where results share the newest created_at
+            newest = max(results, key=lambda r: (r.created_at, r.id))
+            out[key] = Figure(
+                time_median_s=newest.time_median_s,
+                energy_per_call_j=newest.energy_per_call_j,
+                dynamic_energy_per_call_j=newest.dynamic_energy_per_call_j,
+                flags=sorted({str(f) for f in (newest.flags or [])}),
+                samples=newest.samples,
+                hollow_time_s=newest.hollow_time_s,
+                hollow_host_time_s=newest.hollow_host_time_s,
+                host_time_per_call_s=newest.host_time_per_call_s,
+            )
+            continue
         out[key] = Figure(
-            time_median_s=statistics.median(r.time_median_s for r in chosen),
-            energy_per_call_j=_median_or_none([r.energy_per_call_j for r in chosen]),
+            time_median_s=statistics.median(r.time_median_s for r in results),
+            energy_per_call_j=_median_or_none([r.energy_per_call_j for r in results]),
             dynamic_energy_per_call_j=_median_or_none(
-                [r.dynamic_energy_per_call_j for r in chosen]
+                [r.dynamic_energy_per_call_j for r in results]
             ),
-            flags=sorted({str(f) for r in chosen for f in (r.flags or [])}),
-            samples=samples,
-            hollow_time_s=_median_or_none([r.hollow_time_s for r in chosen]),
-            hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in chosen]),
-            host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in chosen]),
+            flags=sorted({str(f) for r in results for f in (r.flags or [])}),
+            samples=len(results),
+            hollow_time_s=_median_or_none([r.hollow_time_s for r in results]),
+            hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in results]),
+            host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in results]),
         )
     return out
 
