@@ -19,6 +19,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +41,8 @@ class LoadResult:
     """A few answers that were not 200, for the report."""
     wall_s: float = 0.0
     client_cpu_s: float = 0.0
+    probes: dict[str, float] = field(default_factory=dict)
+    """What each probe of :func:`drive` counted over the measured period (its end − its start)."""
 
     @property
     def requests(self) -> int:
@@ -112,6 +115,7 @@ async def _drive(
     duration_s: float,
     rate: float,
     seed: int,
+    probes: dict[str, Callable[[], float]],
 ) -> LoadResult:
     out = LoadResult()
     begin = time.perf_counter()
@@ -120,9 +124,10 @@ async def _drive(
     interval_s = clients / rate if rate > 0 else 0.0
     cpu = [0.0]
 
-    async def mark() -> None:  # the client's CPU time over the measured period only
+    async def mark() -> None:  # CPU times over the measured period only
         await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
         cpu[0] = time.process_time()
+        out.probes = {name: probe() for name, probe in probes.items()}
 
     marker = asyncio.create_task(mark())
     await asyncio.gather(
@@ -143,6 +148,7 @@ async def _drive(
     await marker
     out.wall_s = time.perf_counter() - measure_from
     out.client_cpu_s = time.process_time() - cpu[0]
+    out.probes = {name: probe() - out.probes[name] for name, probe in probes.items()}
     return out
 
 
@@ -155,14 +161,18 @@ def drive(
     duration_s: float,
     rate: float = 0.0,
     seed: int = 0,
+    probes: dict[str, Callable[[], float]] | None = None,
 ) -> LoadResult:
     """Ask ``base`` for estimates of ``targets`` from ``clients`` clients; time ``duration_s``.
 
     ``rate`` > 0: requests per second over all clients, each on its own schedule; 0: each client
     sends its next request as soon as the last one is answered. The first ``warmup_s`` are not
-    counted.
+    counted. ``probes`` are read when the measured period starts and ends (e.g. a server's CPU
+    seconds).
     """
-    return asyncio.run(_drive(base, targets, clients, warmup_s, duration_s, rate, seed))
+    return asyncio.run(
+        _drive(base, targets, clients, warmup_s, duration_s, rate, seed, probes or {})
+    )
 
 
 def _stat(pid: int) -> list[str]:

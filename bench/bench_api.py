@@ -4,14 +4,17 @@ For each database (SQLite, PostgreSQL): fill it (api_fill: ≥ 200 models, ≥ 1
 cached between runs with the same parameters), serve it with ``opdb serve --workers 2`` on a free
 loopback port, start a writer process that stores results in short write transactions the whole
 time (api_load), and let 50 clients ask ``GET /models/{name}/estimate?device_kind=`` for random
-models and kinds, each on its own keep-alive connection, for 60 s after a warm-up. Prints
-requests, requests/s, latency percentiles, errors (answers other than 200, and no answer), the
-writer's commits, and the CPU the clients and the server used; exits 1 on any error. Run:
+models and kinds, each on its own keep-alive connection, for 60 s per load after a warm-up. The
+loads (``--rates``): a closed loop, each client asking again as soon as it is answered (what the
+server can do: its latency is mostly the queue), then 50 requests/s in all (each client once a
+second, on its own schedule; latency counted from when a request was due). Prints requests,
+requests/s, latency percentiles, errors (answers other than 200, and no answer), the server's
+and the clients' CPU per request and the writer's commits; exits 1 on any error. Run:
 
-    .venv/bin/python bench/bench_api.py [--db sqlite|postgresql|both] [--clients 50] ...
+    .venv/bin/python bench/bench_api.py [--db sqlite|postgresql|both] [--rates 0,50] ...
 
-The clients run on the same machine as the server: on a small one they take a share of its CPU
-(reported), so the figures are a lower bound of what the server alone would answer.
+The clients run on the same machine as the server and take a share of its CPU (reported);
+PostgreSQL's own processes are not counted in the server's CPU.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 TARGET_P99_MS = {"postgresql": 50.0, "sqlite": 100.0}
 """Issue 12's targets: p99 latency of the estimate under this load, in ms."""
+PHASE_WARMUP_S = 2.0
+"""Seconds each load after the first runs before it is timed (the first: ``--warmup``)."""
 
 
 def _free_port() -> int:
@@ -109,8 +114,29 @@ def fill(db: str, args: argparse.Namespace) -> tuple[str, float, bool]:
     return url, time.perf_counter() - start, filled
 
 
-def run_one(db: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
-    """Fill, serve, write and load ``db``; return its row of figures."""
+def start_writer(url: str, duration_s: float, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    """Start the writer process (api_load) on ``url`` for ``duration_s``."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "api_load.py"),
+            "writer",
+            url,
+            "--duration",
+            str(duration_s),
+            "--interval-ms",
+            str(args.writer_interval_ms),
+            "--seed",
+            str(args.seed),
+        ],
+        env=_env(url),
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+
+
+def run_one(db: str, args: argparse.Namespace, logs: Path) -> list[dict[str, Any]]:
+    """Fill, serve, write and load ``db``, one phase per rate; return a row of figures for each."""
     url, fill_s, filled = fill(db, args)
     held = counts(url)
     print(
@@ -122,36 +148,24 @@ def run_one(db: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     targets = workload(url)
     server, base = serve(url, args.workers, logs / f"server-{db}.log")
     writer = None
+    loads = []
     try:
-        writer = subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "api_load.py"),
-                "writer",
-                url,
-                "--duration",
-                str(args.warmup + args.duration + 1),
-                "--interval-ms",
-                str(args.writer_interval_ms),
-                "--seed",
-                str(args.seed),
-            ],
-            env=_env(url),
-            stdout=subprocess.PIPE,
-            cwd=ROOT,
-        )
+        phases = len(args.rates)
+        phases_s = args.warmup + phases * args.duration + (phases - 1) * PHASE_WARMUP_S
+        writer = start_writer(url, phases_s + 1, args)
         time.sleep(args.warmup / 2)  # the writer is writing before the clients are timed
-        server_cpu = cpu_seconds(server.pid)
-        load = drive(
-            base,
-            targets,
-            clients=args.clients,
-            warmup_s=args.warmup / 2,
-            duration_s=args.duration,
-            rate=args.rate,
-            seed=args.seed,
-        )
-        server_cpu = cpu_seconds(server.pid) - server_cpu
+        for i, rate in enumerate(args.rates):
+            load = drive(
+                base,
+                targets,
+                clients=args.clients,
+                warmup_s=args.warmup / 2 if i == 0 else PHASE_WARMUP_S,
+                duration_s=args.duration,
+                rate=rate,
+                seed=args.seed + i,
+                probes={"server_cpu_s": lambda: cpu_seconds(server.pid)},
+            )
+            loads.append((rate, load))
         out, _ = writer.communicate(timeout=300)
         wrote = json.loads(out) if writer.returncode == 0 and out.strip() else None
     finally:
@@ -160,51 +174,57 @@ def run_one(db: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
         stop(server)
     if args.drop:
         drop_database(url, args.pg_url)
-    return {
-        "db": db,
-        **held,
-        "clients": args.clients,
-        "rate": args.rate,
-        "requests": load.requests,
-        "requests_per_s": load.requests / load.wall_s if load.wall_s else 0.0,
-        "p50_ms": load.percentile(0.50),
-        "p90_ms": load.percentile(0.90),
-        "p99_ms": load.percentile(0.99),
-        "max_ms": max(load.latencies_ms, default=float("nan")),
-        "errors": load.errors,
-        "statuses": {str(k): v for k, v in sorted(load.statuses.items())},
-        "failures": load.failures,
-        "error_samples": load.samples,
-        "writer": wrote,
-        "client_cpu_s": load.client_cpu_s,
-        "server_cpu_s": server_cpu,
-        "wall_s": load.wall_s,
-        "target_p99_ms": TARGET_P99_MS[db],
-    }
+    if wrote is not None:
+        wrote["commits_per_s"] = wrote["commits"] / (phases_s + 1)
+    return [
+        {
+            "db": db,
+            **held,
+            "clients": args.clients,
+            "rate": rate,
+            "requests": load.requests,
+            "requests_per_s": load.requests / load.wall_s if load.wall_s else 0.0,
+            "p50_ms": load.percentile(0.50),
+            "p90_ms": load.percentile(0.90),
+            "p99_ms": load.percentile(0.99),
+            "max_ms": max(load.latencies_ms, default=float("nan")),
+            "errors": load.errors,
+            "statuses": {str(k): v for k, v in sorted(load.statuses.items())},
+            "failures": load.failures,
+            "error_samples": load.samples,
+            "writer": wrote,
+            "client_cpu_s": load.client_cpu_s,
+            "server_cpu_s": load.probes["server_cpu_s"],
+            "wall_s": load.wall_s,
+            "target_p99_ms": TARGET_P99_MS[db],
+        }
+        for rate, load in loads
+    ]
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Return the figures as a Markdown table with a line on the load and the machine."""
-    mode = f"{args.rate:g} requests/s in all" if args.rate else "closed loop"
     lines = [
-        f"{args.clients} clients ({mode}), {args.duration:g} s after {args.warmup:g} s of "
-        f"warm-up, `opdb serve --workers {args.workers}`, a writer committing every "
-        f"{args.writer_interval_ms:g} ms; {os.cpu_count()} CPUs, {platform.processor() or ''} "
-        f"Python {platform.python_version()}",
+        f"{args.clients} clients, {args.duration:g} s per load after a warm-up, `opdb serve "
+        f"--workers {args.workers}`, a writer committing results every "
+        f"{args.writer_interval_ms:g} ms; {os.cpu_count()} CPUs, {cpu_model()}, "
+        f"Python {platform.python_version()}. closed: each client asks again as soon as it is "
+        "answered; N/s: the clients ask N times a second in all, each on its own schedule.",
         "",
-        "| db | requests | req/s | p50 ms | p90 ms | p99 ms | max ms | errors "
-        "| writer commits | longest commit ms | client CPU | server CPU | p99 target |",
-        "| --- |" + " ---: |" * 11 + " --- |",
+        "| db | load | requests | req/s | p50 ms | p90 ms | p99 ms | max ms | errors "
+        "| server CPU ms/req | client CPU ms/req | writer commits/s | p99 target |",
+        "| --- | --- |" + " ---: |" * 10 + " --- |",
     ]
     for r in rows:
         w = r["writer"] or {}
-        wall = r["wall_s"] or 1.0
+        n = r["requests"] or 1
         met = "met" if r["p99_ms"] < r["target_p99_ms"] else "missed"
+        load = f"{r['rate']:g}/s" if r["rate"] else "closed"
         lines.append(
-            f"| {r['db']} | {r['requests']} | {r['requests_per_s']:.0f} | {r['p50_ms']:.1f} "
-            f"| {r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} | {r['errors']} "
-            f"| {w.get('commits', 'failed')} | {w.get('longest_commit_ms', float('nan')):.1f} "
-            f"| {r['client_cpu_s'] / wall:.0%} | {r['server_cpu_s'] / wall:.0%} "
+            f"| {r['db']} | {load} | {r['requests']} | {r['requests_per_s']:.0f} "
+            f"| {r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} "
+            f"| {r['errors']} | {r['server_cpu_s'] / n * 1e3:.1f} "
+            f"| {r['client_cpu_s'] / n * 1e3:.1f} | {w.get('commits_per_s', float('nan')):.0f} "
             f"| < {r['target_p99_ms']:g} ms: {met} |"
         )
     for r in rows:
@@ -212,7 +232,24 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             lines.append(f"{r['db']}: {sample}")
         if r["failures"]:
             lines.append(f"{r['db']}: no answer: {r['failures']}")
+        if not r["writer"]:
+            lines.append(f"{r['db']}: the writer failed")
     return "\n".join(lines)
+
+
+def cpu_model() -> str:
+    """Return the CPU's model name (Linux), else the platform's processor."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _rates(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part.strip()]
 
 
 def main() -> None:
@@ -226,7 +263,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=6.0, help="Seconds before, not counted.")
     parser.add_argument("--workers", type=int, default=2, help="Server processes.")
     parser.add_argument(
-        "--rate", type=float, default=0.0, help="Requests/s in all (0: each client at once)."
+        "--rates",
+        type=_rates,
+        default=[0.0, 50.0],
+        help="Loads, one after another: requests/s in all, 0 for a closed loop (each client asks "
+        "again as soon as it is answered). Default 0,50.",
     )
     parser.add_argument("--writer-interval-ms", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -247,7 +288,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs = args.log_dir or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
-        rows = [run_one(db, args, logs) for db in dbs]
+        rows = [row for db in dbs for row in run_one(db, args, logs)]
     print(render(rows, args))
     if args.json:
         args.json.write_text(
