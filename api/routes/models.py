@@ -12,7 +12,6 @@ from api.routes.common import READ, WRITE, Limit, Name, Offset
 from api.schemas import EstimateOut, ModelDetail, ModelSummaryOut, OperatorOut, Page
 from operator_db.db import queries
 from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.peaks import best_peaks, peaks_for_kind
 from operator_db.estimate.rooflines import model_roofline
 
 router = APIRouter(tags=["models"], dependencies=READ)
@@ -94,15 +93,13 @@ def get_estimate(
     The same figures as `opdb estimate`; the configurations come a page at a time, costliest
     first.
     """
-    model = queries.get_model(session, name)
-    peaks = best_peaks(peaks_for_kind(session, device_kind), model.dtype)
     est = estimate_model(
         session,
         name,
         device_kind,
         timing=timing,
         energy=energy,
-        peaks=peaks,
+        peaks="best",
         cache_mode=cache_mode,
         aggregate=aggregate,
     )

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.queries import Aggregate, Figure
+from operator_db.estimate.peaks import best_peaks, kind_peaks
 from operator_db.estimate.roofline import Peaks
 
 TimingChoice = Literal["eager", "graph"]
@@ -205,7 +206,7 @@ def estimate_model(
     *,
     timing: TimingChoice = "eager",
     energy: EnergyChoice = "total",
-    peaks: Peaks | None = None,
+    peaks: Peaks | Literal["best"] | None = None,
     aggregate: AggregateChoice = "latest",
     cache_mode: CacheChoice = "warm",
 ) -> Estimate:
@@ -217,13 +218,17 @@ def estimate_model(
     ``timing="graph"`` uses the CUDA-graph time of a configuration where one was measured (fast
     ops) and the eager time elsewhere. ``energy="dynamic"`` subtracts idle power.
     ``cache_mode="cold"`` composes the results measured with the caches flushed before every call
-    (``OPDB_MEASURE__CACHE_MODE=cold``; time only) instead of the warm ones.
+    (``OPDB_MEASURE__CACHE_MODE=cold``; time only) instead of the warm ones. ``peaks`` draw the
+    roofline; ``"best"`` takes the kind's best-known ones for the model's dtype
+    (:func:`~operator_db.estimate.peaks.best_peaks`), None none.
 
     Raises:
         NotFoundError: unknown model or device kind.
     """
     model = queries.get_model(session, model_name)
     kind = queries.get_device_kind(session, device_kind)
+    if peaks == "best":
+        peaks = best_peaks(kind_peaks(session, kind, kind.name), model.dtype)
     links = queries.model_config_costs(session, model.id)
     measured = queries.model_config_figures(
         session, model.id, [kind.id], aggregate=aggregate, cache_mode=cache_mode
