@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import Depends, FastAPI
 
 from api import metrics, openapi, problems
@@ -22,8 +24,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = chosen
+        # A request holds one slot from before its session opens until after it closes, so that
+        # no thread ever waits for a pooled connection (see api.deps.session_slot).
+        app.state.session_slots = anyio.Semaphore(chosen.api_concurrency)
         with Store.from_settings(chosen) as store:
             app.state.store = store
+            # What is alive now (modules: torch, pandas, SQLAlchemy; ~300,000 objects) lives as
+            # long as the process: out of the collector's sight, a full collection takes well
+            # under a millisecond instead of ~160 ms, which every request in flight waited for.
+            gc.freeze()
             yield
 
     app = FastAPI(

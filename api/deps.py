@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request, Security
@@ -26,7 +26,7 @@ bearer = HTTPBearer(
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 
-def refuse_nul(request: Request) -> None:
+async def refuse_nul(request: Request) -> None:
     """Refuse a NUL character in the path or the query: no name holds one (nor can PostgreSQL)."""
     where = "path" if "\x00" in request.scope["path"] else None
     if where is None and any("\x00" in k + v for k, v in request.query_params.multi_items()):
@@ -37,25 +37,42 @@ def refuse_nul(request: Request) -> None:
         )
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     """Return the settings the app was created with."""
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_store(request: Request) -> Store:
+async def get_store(request: Request) -> Store:
     """Return the store opened when the app started."""
     store: Store = request.app.state.store
     return store
 
 
-def get_session(store: Annotated[Store, Depends(get_store)]) -> Iterator[Session]:
+async def session_slot(request: Request) -> AsyncIterator[None]:
+    """Hold one of the process's ``OPDB_API_CONCURRENCY`` slots for the request's session.
+
+    Waited for in the event loop, before the session opens, and released after it closes. A sync
+    route's response is validated on a worker thread after the route returns, while its session
+    still holds a connection: without the slots, threads waiting for a pooled connection could
+    hold every worker thread, and the sessions holding the connections would wait for a thread
+    (a deadlock until the pool's 30 s timeout). With fewer slots than connections, a thread never
+    waits for one.
+    """
+    async with request.app.state.session_slots:
+        yield
+
+
+Slot = Annotated[None, Depends(session_slot)]
+
+
+def get_session(store: Annotated[Store, Depends(get_store)], _slot: Slot) -> Iterator[Session]:
     """Yield a write session; one request is one transaction, committed when the route returns."""
     with store.transaction() as session:
         yield session
 
 
-def get_read_session(store: Annotated[Store, Depends(get_store)]) -> Iterator[Session]:
+def get_read_session(store: Annotated[Store, Depends(get_store)], _slot: Slot) -> Iterator[Session]:
     """Yield a read-only session: it takes no write lock (SQLite) and commits nothing."""
     with store.transaction(read_only=True) as session:
         yield session
@@ -99,14 +116,14 @@ def _check(
         raise PermissionDeniedError("this token may read, not write")
 
 
-def require_write(
+async def require_write(
     settings: Annotated[Settings, Depends(get_settings_dep)], credentials: Credentials = None
 ) -> None:
     """Refuse a write without a write token (401 without or with a bad one, 403 read-only)."""
     _check(settings, credentials, "write")
 
 
-def require_read(
+async def require_read(
     settings: Annotated[Settings, Depends(get_settings_dep)], credentials: Credentials = None
 ) -> None:
     """Refuse a read without a token, where reads are configured to need one."""

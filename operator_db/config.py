@@ -258,6 +258,14 @@ class Settings(BaseSettings):
         "more than this share of it carries a warning, as a coverage gap does: opaque work runs "
         "there.",
     )
+    api_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=14,
+        description="Requests one API process serves from the database at once; the others "
+        "wait their turn without holding a thread. At most 14: one fewer than the database "
+        "connections a process keeps (db.engine's POOL_SIZE + POOL_OVERFLOW).",
+    )
     measure: MeasureSettings = Field(
         default_factory=MeasureSettings,
         description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",

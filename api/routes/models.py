@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated, Literal
 
@@ -14,7 +13,6 @@ from api.schemas import EstimateOut, ModelDetail, ModelSummaryOut, OperatorOut, 
 from operator_db.config import Settings
 from operator_db.db import queries
 from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.peaks import best_peaks, peaks_for_kind
 from operator_db.estimate.rooflines import model_roofline
 
 router = APIRouter(tags=["models"], dependencies=READ)
@@ -97,27 +95,25 @@ def get_estimate(
     The same figures as `opdb estimate`; the configurations come a page at a time, costliest
     first.
     """
-    model = queries.get_model(session, name)
-    peaks = best_peaks(peaks_for_kind(session, device_kind), model.dtype)
     est = estimate_model(
         session,
         name,
         device_kind,
         timing=timing,
         energy=energy,
-        peaks=peaks,
+        peaks="best",
         cache_mode=cache_mode,
         aggregate=aggregate,
         between_ops_warn=settings.estimate_between_ops_warn,
     )
-    ranked = est.configs.sort_values("time_s", ascending=False, na_position="last", kind="stable")
-    page = ranked.iloc[offset : offset + limit]
+    # Costliest first, the unmeasured last, ties in spec order.
+    ranked = sorted(est.config_rows, key=lambda r: (r["time_s"] is None, -(r["time_s"] or 0.0)))
     summary = {k: _finite(v) for k, v in est.summary().items()}
     return EstimateOut(
         **summary,
-        by_op=json.loads(est.by_op.to_json(orient="records")),
-        configurations=json.loads(page.to_json(orient="records")),
-        configurations_total=len(est.configs),
+        by_op=est.op_rows,
+        configurations=ranked[offset : offset + limit],
+        configurations_total=len(est.config_rows),
     )
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+import socket
+from typing import Annotated, Any
 
 import typer
+
+APP = "api.app:create_app"
 
 
 def serve(
@@ -15,4 +19,31 @@ def serve(
     """Serve the REST API (OpenAPI at /docs); the database is OPDB_DATABASE_URL."""
     import uvicorn
 
-    uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers)
+    if workers == 1:
+        uvicorn.run(APP, factory=True, host=host, port=port)
+        return
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(APP, factory=True, host=host, port=port, workers=workers)
+    sockets = [tcp_listener(config.bind_socket())]
+    supervisor: Any = Multiprocess
+    if "target" in inspect.signature(Multiprocess.__init__).parameters:  # uvicorn before 0.36
+        supervisor(config, target=uvicorn.Server(config).run, sockets=sockets).run()
+    else:
+        supervisor(config, sockets=sockets).run()
+
+
+def tcp_listener(sock: socket.socket) -> socket.socket:
+    """Return a listening TCP socket that says it is TCP, so its connections get TCP_NODELAY.
+
+    uvicorn binds the socket it shares between worker processes with protocol 0, which accepted
+    connections inherit, and asyncio turns Nagle's algorithm off only on sockets whose protocol
+    is ``IPPROTO_TCP``: with ``--workers`` above 1, each answer on a kept-alive connection then
+    waited for the client's delayed ACK, about 40 ms on Linux (uvicorn issue 3149). The same file
+    descriptor is kept, marked as TCP.
+    """
+    if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.proto != 0:
+        return sock
+    tcp = socket.socket(sock.family, sock.type, socket.IPPROTO_TCP, fileno=sock.detach())
+    tcp.set_inheritable(True)
+    return tcp

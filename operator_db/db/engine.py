@@ -16,6 +16,11 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another process's lock before failing, in milliseconds."""
 
 
+POOL_SIZE = 5
+"""Connections an engine keeps open (PostgreSQL, a SQLite file)."""
+POOL_OVERFLOW = 10
+"""Connections it may open beyond ``POOL_SIZE`` at once; past both, a checkout waits (30 s)."""
+
 SQLITE_IMMEDIATE = "opdb_sqlite_immediate"
 """Execution option: begin SQLite transactions with BEGIN IMMEDIATE (ignored elsewhere)."""
 
@@ -55,9 +60,10 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     else:
-        kwargs["pool_pre_ping"] = True
+        kwargs.update(pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
     try:
         engine = create_engine(parsed, **kwargs)
     except Exception as exc:  # noqa: BLE001 - e.g. NoSuchModuleError, a missing DB driver

@@ -296,7 +296,16 @@ class Measurement(_Result, Base):
     __table_args__ = (
         # "All measurements of a model's configurations on a device kind": model_operators gives
         # the configurations (by model_id), this index their measurements (by config and kind).
-        Index("ix_measurements_lookup", "device_kind_id", "config_id", "created_at"),
+        # It holds every column that finds the newest result of a configuration, kind, cache mode
+        # and timing, so that search reads the index alone (queries.results, revision 0005).
+        Index(
+            "ix_measurements_lookup",
+            "device_kind_id",
+            "config_id",
+            "cache_mode",
+            "timing",
+            "created_at",
+        ),
     )
 
 
@@ -318,7 +327,14 @@ class FullModelRun(_Result, Base):
     model spends outside its recorded modules (revision 0004)."""
 
     __table_args__ = (
-        Index("ix_full_model_runs_lookup", "device_kind_id", "model_id", "created_at"),
+        Index(
+            "ix_full_model_runs_lookup",
+            "device_kind_id",
+            "model_id",
+            "cache_mode",
+            "timing",
+            "created_at",
+        ),
     )
 
 

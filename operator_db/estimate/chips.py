@@ -143,8 +143,19 @@ def find_chip(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipPeaks 
     found in ``NVIDIA A100 80GB PCIe`` nor ``NVIDIA L4`` in ``NVIDIA L40``. ``chips`` defaults to
     the shipped table.
     """
+    if chips is None:
+        return _find_shipped_chip(name)
+    return _find(name, chips)
+
+
+@lru_cache(maxsize=1024)
+def _find_shipped_chip(name: str) -> ChipPeaks | None:
+    """:func:`find_chip` in the shipped table, which never changes: each name is matched once."""
+    return _find(name, _shipped_table())
+
+
+def _find(name: str, table: Sequence[ChipPeaks]) -> ChipPeaks | None:
     query = _normalize(name)
-    table = load_peak_table() if chips is None else chips
     for chip in table:
         if any(_normalize(n) == query for n in chip.names):
             return chip

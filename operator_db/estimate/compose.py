@@ -12,7 +12,9 @@ between operators that is a large share of the estimate (opaque work runs there 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import pandas as pd
@@ -20,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.queries import Aggregate, Figure
+from operator_db.estimate.peaks import best_peaks, kind_peaks
 from operator_db.estimate.roofline import Peaks
 
 TimingChoice = Literal["eager", "graph"]
@@ -52,6 +55,7 @@ CONFIG_COLUMNS = [
     "time_share",
     "flags",
 ]
+BY_OP_COLUMNS = ["op", "configs", "calls", "time_s", "energy_j", "flops", "time_share"]
 
 
 @dataclass
@@ -63,10 +67,12 @@ class Estimate:
     mode: str
     timing: TimingChoice
     energy: EnergyChoice
-    configs: pd.DataFrame
-    """One row per configuration (see ``CONFIG_COLUMNS``); times in s, energies in J."""
-    by_op: pd.DataFrame
-    """Per operator type: configurations, calls, time (s), energy (J), FLOPs, time share."""
+    config_rows: list[dict[str, Any]]
+    """One row per configuration in spec order, by ``CONFIG_COLUMNS``, None where unknown; times in
+    s, energies in J. ``configs`` is the same as a table."""
+    op_rows: list[dict[str, Any]]
+    """Per operator type, costliest first, by ``BY_OP_COLUMNS``, None where unknown (an energy
+    where no configuration of the type has one). ``by_op`` is the same as a table."""
     time_s: float
     """Σ count × per-call time over the measured configurations, in s (the operators)."""
     energy_j: float | None
@@ -107,6 +113,21 @@ class Estimate:
         if not self.adds_between or self.between_ops_s is None or self.total_time_s <= 0:
             return None
         return max(self.between_ops_s, 0.0) / self.total_time_s
+
+    @cached_property
+    def configs(self) -> pd.DataFrame:
+        """One row per configuration (see ``CONFIG_COLUMNS``); times in s, energies in J."""
+        table = pd.DataFrame.from_records(self.config_rows, columns=CONFIG_COLUMNS)
+        table["time_share"] = table["time_share"].astype(float)  # unknown: NaN, not None
+        return table
+
+    @cached_property
+    def by_op(self) -> pd.DataFrame:
+        """Per operator type: configurations, calls, time (s), energy (J), FLOPs, time share."""
+        table = pd.DataFrame.from_records(self.op_rows, columns=BY_OP_COLUMNS)
+        for column in ("energy_j", "time_share"):  # unknown: NaN, not None
+            table[column] = table[column].astype(float)
+        return table
 
     @property
     def total_time_s(self) -> float:
@@ -158,7 +179,7 @@ class Estimate:
         """Σ count × max(FLOPs / peak FLOP/s, bytes / peak bandwidth), in s (a lower bound)."""
         if self.peaks is None:
             return None
-        return float(self.configs["roofline_time_s"].sum())
+        return _sum(r["roofline_time_s"] for r in self.config_rows)
 
     def summary(self) -> dict[str, Any]:
         """Return the headline figures as a JSON-ready dict."""
@@ -205,7 +226,7 @@ def estimate_model(
     *,
     timing: TimingChoice = "eager",
     energy: EnergyChoice = "total",
-    peaks: Peaks | None = None,
+    peaks: Peaks | Literal["best"] | None = None,
     aggregate: AggregateChoice = "latest",
     cache_mode: CacheChoice = "warm",
     between_ops_warn: float = BETWEEN_OPS_WARN,
@@ -218,7 +239,9 @@ def estimate_model(
     ``timing="graph"`` uses the CUDA-graph time of a configuration where one was measured (fast
     ops) and the eager time elsewhere. ``energy="dynamic"`` subtracts idle power.
     ``cache_mode="cold"`` composes the results measured with the caches flushed before every call
-    (``OPDB_MEASURE__CACHE_MODE=cold``; time only) instead of the warm ones.
+    (``OPDB_MEASURE__CACHE_MODE=cold``; time only) instead of the warm ones. ``peaks`` draw the
+    roofline; ``"best"`` takes the kind's best-known ones for the model's dtype
+    (:func:`~operator_db.estimate.peaks.best_peaks`), None none.
     ``between_ops_warn`` is the share of the estimate above which the time between operators is
     a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``).
 
@@ -227,16 +250,17 @@ def estimate_model(
     """
     model = queries.get_model(session, model_name)
     kind = queries.get_device_kind(session, device_kind)
-    links = queries.model_configs(session, model.id)
+    if peaks == "best":
+        peaks = best_peaks(kind_peaks(session, kind, kind.name), model.dtype)
+    links = queries.model_config_costs(session, model.id)
     measured = queries.model_config_figures(
         session, model.id, [kind.id], aggregate=aggregate, cache_mode=cache_mode
     )
     runs = queries.model_figures(
         session, [model.id], [kind.id], aggregate=aggregate, cache_mode=cache_mode
     )
-    records = []
-    for link in links:
-        cfg = link.config
+    records: list[dict[str, Any]] = []
+    for cfg in links:
         m = measured.get((cfg.id, kind.id, "eager"))
         graph = measured.get((cfg.id, kind.id, "graph")) if timing == "graph" else None
         used = "graph" if graph is not None else "eager"
@@ -252,70 +276,60 @@ def estimate_model(
                 "op": cfg.op,
                 "form": cfg.form,
                 "inputs": " ".join("x".join(map(str, t["shape"])) for t in cfg.inputs),
-                "count": link.count,
+                "count": cfg.count,
                 "flops": cfg.flops,
                 "bytes": cfg.bytes,
                 "params": cfg.params,
                 "measured": time_per_call is not None,
                 "timing": used if time_per_call is not None else None,
                 "time_per_call_s": time_per_call,
-                "time_s": None if time_per_call is None else link.count * time_per_call,
+                "time_s": None if time_per_call is None else cfg.count * time_per_call,
                 "host_time_per_call_s": None if chosen is None else chosen.host_time_per_call_s,
                 "energy_per_call_j": energy_per_call,
-                "energy_j": None if energy_per_call is None else link.count * energy_per_call,
+                "energy_j": None if energy_per_call is None else cfg.count * energy_per_call,
                 "roofline_time_per_call_s": roof,
-                "roofline_time_s": None if roof is None else link.count * roof,
+                "roofline_time_s": None if roof is None else cfg.count * roof,
                 "flags": ",".join(sorted(set((m.flags if m else []) or []))),
             }
         )
-    configs = pd.DataFrame.from_records(
-        records, columns=[c for c in CONFIG_COLUMNS if c != "time_share"]
-    )
-    total_time = float(configs["time_s"].sum(skipna=True)) if len(configs) else 0.0
-    configs["time_share"] = configs["time_s"] / total_time if total_time > 0 else math.nan
-    configs = configs[CONFIG_COLUMNS]
-    counted = configs["count"].sum()
-    coverage = float(configs.loc[configs["measured"], "count"].sum() / counted) if counted else 0.0
+    # The figures come from the rows in plain Python (an API request's cost is mostly here; the
+    # tables are built only when asked for), with pandas' rules: a sum skips unknowns (None).
+    # Coverage counts every call, opaque ones too: they are never measured.
+    total_time = _sum(r["time_s"] for r in records)
+    for r in records:
+        known = r["time_s"] is not None and total_time > 0
+        r["time_share"] = r["time_s"] / total_time if known else None
+    measurable = [r for r in records if r["form"] != "opaque"]
+    done = [r for r in records if r["measured"]]
+    counted = sum(r["count"] for r in records)
+    coverage = sum(r["count"] for r in done) / counted if counted else 0.0
     coverage_roofline = None
-    if peaks is not None and len(configs):
-        total_roof = float(configs["roofline_time_s"].sum())
+    if peaks is not None and records:
+        total_roof = _sum(r["roofline_time_s"] for r in records)
         if total_roof > 0:
-            coverage_roofline = float(
-                configs.loc[configs["measured"], "roofline_time_s"].sum() / total_roof
-            )
-    energies = configs.loc[configs["measured"], "energy_j"]
-    energy_total = float(energies.sum()) if len(energies) and energies.notna().all() else None
-    by_op = (
-        configs.assign(total_flops=configs["count"] * configs["flops"].fillna(0))
-        .groupby("op", sort=False)
-        .agg(
-            configs=("key", "count"),
-            calls=("count", "sum"),
-            time_s=("time_s", "sum"),
-            # min_count: an operator type with no energy stays NaN, not 0 J
-            energy_j=("energy_j", lambda v: v.sum(min_count=1)),
-            flops=("total_flops", "sum"),
-        )
-        .reset_index()
+            coverage_roofline = _sum(r["roofline_time_s"] for r in done) / total_roof
+    energies = [r["energy_j"] for r in records if r["measured"]]
+    energy_total = (
+        math.fsum(e for e in energies if e is not None)
+        if energies and all(e is not None for e in energies)
+        else None
     )
-    by_op["time_share"] = by_op["time_s"] / total_time if total_time > 0 else math.nan
-    by_op = by_op.sort_values("time_s", ascending=False, ignore_index=True)
+    op_rows = _by_op(records, total_time)
     run = runs.get((model.id, kind.id, "graph" if timing == "graph" else "eager")) or runs.get(
         (model.id, kind.id, "eager")
     )
     notes = []
     if cache_mode == "cold":
         notes.append("cold caches: results measured with the caches flushed before every call")
-    measurable = configs[configs["form"] != "opaque"]
-    unmeasured = list(measurable.loc[~measurable["measured"], "key"])
-    opaque_rows = configs[configs["form"] == "opaque"]
+    unmeasured = [r["key"] for r in measurable if not r["measured"]]
+    opaque_rows = [r for r in records if r["form"] == "opaque"]
     opaque = len(opaque_rows)
     warnings = _coverage_warnings(coverage, coverage_roofline, unmeasured, opaque_rows)
     if energy_total is None and len(energies):
         notes.append("energy unavailable for some configurations: no energy estimate")
-    between = _between_ops(run, configs)
+    between = _between_ops(run, records)
     adds_between = kind.type != "gpu"
-    host = None if adds_between else _host_stage(run, configs)
+    host = None if adds_between else _host_stage(run, records)
     if not adds_between and host is None and between is not None:
         notes.append(
             f"{between * 1e3:.3f} ms between operators (hollow run) overlaps the GPU's work: "
@@ -340,8 +354,8 @@ def estimate_model(
         mode=model.mode,
         timing=timing,
         energy=energy,
-        configs=configs,
-        by_op=by_op,
+        config_rows=records,
+        op_rows=op_rows,
         time_s=total_time,
         energy_j=energy_total,
         coverage=coverage,
@@ -378,7 +392,7 @@ def _coverage_warnings(
     coverage: float,
     coverage_roofline: float | None,
     unmeasured: list[str],
-    opaque_rows: pd.DataFrame,
+    opaque_rows: list[dict[str, Any]],
 ) -> list[str]:
     """Say what the operators' sum leaves out: configurations not measured yet, opaque ones."""
     if coverage >= 1:
@@ -390,8 +404,8 @@ def _coverage_warnings(
     if unmeasured:
         found.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
     if len(opaque_rows):
-        calls = int(opaque_rows["count"].sum())
-        names = ", ".join(dict.fromkeys(opaque_rows["op"]))
+        calls = sum(r["count"] for r in opaque_rows)
+        names = ", ".join(dict.fromkeys(r["op"] for r in opaque_rows))
         found.append(
             f"{len(opaque_rows)} opaque configurations ({calls} calls: {names[:300]}) cannot be "
             "measured and are left out of the operators' sum"
@@ -399,7 +413,39 @@ def _coverage_warnings(
     return found
 
 
-def _host_stage(run: Figure | None, configs: pd.DataFrame) -> float | None:
+def _sum(values: Iterable[float | None]) -> float:
+    """Return the sum of the known values (None skipped, as pandas does), 0.0 for none."""
+    return math.fsum(v for v in values if v is not None)
+
+
+def _by_op(records: list[dict[str, Any]], total_time: float) -> list[dict[str, Any]]:
+    """Per operator type, costliest first: configurations, calls, time (s), energy (J), FLOPs.
+
+    An operator type with no known energy has None, not 0 J.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["op"], []).append(r)
+    rows = []
+    for op, group in groups.items():
+        time_s = _sum(r["time_s"] for r in group)
+        energies = [r["energy_j"] for r in group if r["energy_j"] is not None]
+        rows.append(
+            {
+                "op": op,
+                "configs": len(group),
+                "calls": sum(r["count"] for r in group),
+                "time_s": time_s,
+                "energy_j": math.fsum(energies) if energies else None,
+                "flops": sum(r["count"] * (r["flops"] or 0) for r in group),
+                "time_share": time_s / total_time if total_time > 0 else None,
+            }
+        )
+    rows.sort(key=lambda row: row["time_s"], reverse=True)
+    return rows
+
+
+def _host_stage(run: Figure | None, records: list[dict[str, Any]]) -> float | None:
     """GPU: hollow-run issue time + Σ count × issue time of the recorded modules, in s.
 
     None unless the model's run and every measured module configuration have host times and no
@@ -407,18 +453,18 @@ def _host_stage(run: Figure | None, configs: pd.DataFrame) -> float | None:
     """
     if run is None or run.hollow_host_time_s is None:
         return None
-    modules = configs[configs["form"] == "module"]
-    if not bool(modules["measured"].all()) or modules["host_time_per_call_s"].isna().any():
+    modules = [r for r in records if r["form"] == "module"]
+    if not all(r["measured"] and r["host_time_per_call_s"] is not None for r in modules):
         return None
-    issue = (modules["count"] * modules["host_time_per_call_s"]).sum()
-    return run.hollow_host_time_s + float(issue)
+    issue = math.fsum(r["count"] * r["host_time_per_call_s"] for r in modules)
+    return run.hollow_host_time_s + issue
 
 
-def _between_ops(run: Figure | None, configs: pd.DataFrame) -> float | None:
+def _between_ops(run: Figure | None, records: list[dict[str, Any]]) -> float | None:
     """Hollow run − Σ count × per-call of the functional operators, in s (None if unknown)."""
     if run is None or run.hollow_time_s is None:
         return None
-    functional = configs[configs["form"] == "function"]
-    if not bool(functional["measured"].all()):
+    functional = [r for r in records if r["form"] == "function"]
+    if not all(r["measured"] for r in functional):
         return None
-    return run.hollow_time_s - float(functional["time_s"].sum())
+    return run.hollow_time_s - _sum(r["time_s"] for r in functional)

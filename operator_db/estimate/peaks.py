@@ -241,7 +241,11 @@ def peaks_for_kind(session: Session, kind_name: str) -> KindPeaks:
     Measured: per dtype, and for bandwidth, the highest stored value over all hosts. An unknown
     kind with no matching chip gives an empty ``KindPeaks``.
     """
-    kind = queries.find_device_kind(session, kind_name)
+    return kind_peaks(session, queries.find_device_kind(session, kind_name), kind_name)
+
+
+def kind_peaks(session: Session, kind: DeviceKind | None, kind_name: str) -> KindPeaks:
+    """:func:`peaks_for_kind` of a kind already read (None: not stored, the table only)."""
     rows = queries.peak_rows(session, kind.id) if kind is not None else []
     spec = [r for r in rows if r.source == "spec"]
     measured_flops: dict[str, float] = {}

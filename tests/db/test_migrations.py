@@ -73,6 +73,29 @@ def test_named_constraints_and_lookup_indexes(db_url: str) -> None:
         assert {ix["name"] for ix in inspector.get_indexes("measurements")} == {
             "ix_measurements_lookup"
         }
+        # Revision 0005: the newest result of a target, kind, cache mode and timing is found in
+        # the lookup index alone.
+        lookups = {
+            ix["name"]: ix["column_names"]
+            for table in ("measurements", "full_model_runs")
+            for ix in inspector.get_indexes(table)
+        }
+        assert lookups == {
+            "ix_measurements_lookup": [
+                "device_kind_id",
+                "config_id",
+                "cache_mode",
+                "timing",
+                "created_at",
+            ],
+            "ix_full_model_runs_lookup": [
+                "device_kind_id",
+                "model_id",
+                "cache_mode",
+                "timing",
+                "created_at",
+            ],
+        }
         assert {ix["name"] for ix in inspector.get_indexes("model_operators")} == {
             "ix_model_operators_config_id"
         }

@@ -17,6 +17,7 @@ from operator_db.db.queries.devices import (
     list_hosts,
 )
 from operator_db.db.queries.models import (
+    ConfigCost,
     ModelConfig,
     ModelOperatorRow,
     ModelSummary,
@@ -25,6 +26,7 @@ from operator_db.db.queries.models import (
     delete_model,
     get_model,
     list_models,
+    model_config_costs,
     model_configs,
     model_count,
     model_operators,
@@ -46,6 +48,7 @@ from operator_db.db.queries.tables import TABLES, row_counts
 __all__ = [
     "TABLES",
     "Aggregate",
+    "ConfigCost",
     "Figure",
     "ModelConfig",
     "ModelOperatorRow",
@@ -71,6 +74,7 @@ __all__ = [
     "list_hosts",
     "list_models",
     "measured_config_ids",
+    "model_config_costs",
     "model_configs",
     "model_config_figures",
     "model_count",

@@ -11,9 +11,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Float, Select, cast, null, select
+from sqlalchemy import Float, Integer, Select, String, and_, bindparam, cast, func, null, select
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import FullModelRun, Measurement, ModelOperator
@@ -57,64 +58,97 @@ def _median_or_none(values: list[float | None]) -> float | None:
 
 
 def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
-    """Group result rows (named columns, see :func:`_figures`) into one figure per key."""
+    """Group result rows (named columns, see :func:`_figures`) into one figure per key.
+
+    ``latest`` rows come one per key, already chosen by the database, with ``samples``.
+    """
     groups: dict[FigureKey, list[Any]] = {}
     for row in rows:
         groups.setdefault((row.target_id, row.device_kind_id, row.timing), []).append(row)
     out: dict[FigureKey, Figure] = {}
     for key, results in groups.items():
-        results.sort(key=lambda r: (r.created_at, r.id))
-        chosen = results[-1:] if how == "latest" else results
+        if how == "latest":  # several rows only where results share the newest created_at
+            newest = max(results, key=lambda r: (r.created_at, r.id))
+            out[key] = Figure(
+                time_median_s=newest.time_median_s,
+                energy_per_call_j=newest.energy_per_call_j,
+                dynamic_energy_per_call_j=newest.dynamic_energy_per_call_j,
+                flags=sorted({str(f) for f in (newest.flags or [])}),
+                samples=newest.samples,
+                hollow_time_s=newest.hollow_time_s,
+                hollow_host_time_s=newest.hollow_host_time_s,
+                host_time_per_call_s=newest.host_time_per_call_s,
+            )
+            continue
         out[key] = Figure(
-            time_median_s=statistics.median(r.time_median_s for r in chosen),
-            energy_per_call_j=_median_or_none([r.energy_per_call_j for r in chosen]),
+            time_median_s=statistics.median(r.time_median_s for r in results),
+            energy_per_call_j=_median_or_none([r.energy_per_call_j for r in results]),
             dynamic_energy_per_call_j=_median_or_none(
-                [r.dynamic_energy_per_call_j for r in chosen]
+                [r.dynamic_energy_per_call_j for r in results]
             ),
-            flags=sorted({str(f) for r in chosen for f in (r.flags or [])}),
+            flags=sorted({str(f) for r in results for f in (r.flags or [])}),
             samples=len(results),
-            hollow_time_s=_median_or_none([r.hollow_time_s for r in chosen]),
-            hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in chosen]),
-            host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in chosen]),
+            hollow_time_s=_median_or_none([r.hollow_time_s for r in results]),
+            hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in results]),
+            host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in results]),
         )
     return out
+
+
+Targets = Literal["all", "ids", "of_model"]
+"""Which targets a figure query reads: all, those with ids ``:ids``, the configurations of model
+``:model_id``."""
 
 
 def _figures(
     session: Session,
     table: type[Measurement] | type[FullModelRun],
-    target: Any,
-    target_ids: Sequence[int] | Select[Any] | None,
+    targets: Sequence[int] | None,
     kind_ids: Sequence[int],
     timing: str | None,
     aggregate: Aggregate,
     cache_mode: str,
+    *,
+    model_id: int | None = None,
 ) -> dict[FigureKey, Figure]:
-    if (target_ids is not None and not isinstance(target_ids, Select) and not target_ids) or (
-        not kind_ids
-    ):
+    if (targets is not None and not targets) or not kind_ids:
         return {}
-    if isinstance(target_ids, Select):  # one query whatever the number of targets
-        query = _figure_query(table, target, kind_ids, timing, cache_mode)
-        return _aggregate(session.execute(query.where(target.in_(target_ids))), aggregate)
-    ids: list[int] | None = None if target_ids is None else sorted(set(target_ids))
+    params: dict[str, Any] = {"kind_ids": list(kind_ids), "cache_mode": cache_mode}
+    if timing is not None:
+        params["timing"] = timing
+    if model_id is not None:  # one query whatever the number of configurations
+        query = _figure_query(table, "of_model", timing is not None, aggregate)
+        return _aggregate(session.execute(query, {**params, "model_id": model_id}), aggregate)
+    if targets is None:
+        query = _figure_query(table, "all", timing is not None, aggregate)
+        return _aggregate(session.execute(query, params), aggregate)
+    ids = sorted(set(targets))
+    query = _figure_query(table, "ids", timing is not None, aggregate)
     rows: list[Any] = []
-    for start in range(0, 1 if ids is None else len(ids), _CHUNK):
-        query = _figure_query(table, target, kind_ids, timing, cache_mode)
-        if ids is not None:
-            query = query.where(target.in_(ids[start : start + _CHUNK]))
-        rows.extend(session.execute(query))
+    for start in range(0, len(ids), _CHUNK):
+        rows.extend(session.execute(query, {**params, "ids": ids[start : start + _CHUNK]}))
     return _aggregate(rows, aggregate)
 
 
+@cache
 def _figure_query(
     table: type[Measurement] | type[FullModelRun],
-    target: Any,
-    kind_ids: Sequence[int],
-    timing: str | None,
-    cache_mode: str,
+    targets: Targets,
+    by_timing: bool,
+    aggregate: Aggregate,
 ) -> Select[Any]:
-    """Select the columns a figure needs (never the raw samples or the provenance)."""
+    """Select the columns a figure needs (never the raw samples or the provenance).
+
+    Built once per shape, with bound parameters: ``:kind_ids``, ``:cache_mode``, ``:timing`` (where
+    ``by_timing``) and the targets' (see :data:`Targets`); an API request reuses it as it is.
+
+    ``median``: every result. ``latest``: the newest result of each (target, kind, timing) with
+    their number (``samples``): the database finds the newest ``created_at`` per group in the
+    lookup index alone (it holds every column the grouping reads) and fetches only those rows, so
+    a target measured many times costs one row, not all of them. Results sharing the newest
+    ``created_at`` all come back; :func:`_aggregate` breaks the tie by id.
+    """
+    target: Any = Measurement.config_id if table is Measurement else FullModelRun.model_id
     model_only = (
         (FullModelRun.hollow_time_s, FullModelRun.hollow_host_time_s)
         if table is FullModelRun
@@ -123,7 +157,7 @@ def _figure_query(
             cast(null(), Float).label("hollow_host_time_s"),
         )
     )
-    query = select(
+    columns = (
         target.label("target_id"),
         table.device_kind_id,
         table.timing,
@@ -135,10 +169,48 @@ def _figure_query(
         table.host_time_per_call_s,
         table.flags,
         *model_only,
-    ).where(table.device_kind_id.in_(list(kind_ids)), table.cache_mode == cache_mode)
-    if timing is not None:
-        query = query.where(table.timing == timing)
-    return query
+    )
+    cache_mode = bindparam("cache_mode", type_=String())
+    where = [
+        table.device_kind_id.in_(bindparam("kind_ids", expanding=True)),
+        table.cache_mode == cache_mode,
+    ]
+    if by_timing:
+        where.append(table.timing == bindparam("timing", type_=String()))
+    if targets == "ids":
+        where.append(target.in_(bindparam("ids", expanding=True)))
+    elif targets == "of_model":
+        of_model = select(ModelOperator.config_id).where(
+            ModelOperator.model_id == bindparam("model_id", type_=Integer())
+        )
+        where.append(target.in_(of_model))
+    if aggregate != "latest":
+        return select(*columns).where(*where)
+    groups = (
+        select(
+            target.label("target_id"),
+            table.device_kind_id,
+            table.timing,
+            func.max(table.created_at).label("newest"),
+            func.count().label("samples"),
+        )
+        .where(*where)
+        .group_by(target, table.device_kind_id, table.timing)
+        .subquery("newest")
+    )
+    return (
+        select(*columns, groups.c.samples)
+        .join(
+            groups,
+            and_(
+                target == groups.c.target_id,
+                table.device_kind_id == groups.c.device_kind_id,
+                table.timing == groups.c.timing,
+                table.created_at == groups.c.newest,
+            ),
+        )
+        .where(table.cache_mode == cache_mode)
+    )
 
 
 def model_config_figures(
@@ -154,16 +226,8 @@ def model_config_figures(
 
     The same as :func:`config_figures` over the model's configurations, whatever their number.
     """
-    of_model = select(ModelOperator.config_id).where(ModelOperator.model_id == model_id)
     return _figures(
-        session,
-        Measurement,
-        Measurement.config_id,
-        of_model,
-        kind_ids,
-        timing,
-        aggregate,
-        cache_mode,
+        session, Measurement, None, kind_ids, timing, aggregate, cache_mode, model_id=model_id
     )
 
 
@@ -182,16 +246,7 @@ def config_figures(
     measured with warm or cold caches; a configuration without such a result on a kind has no
     entry.
     """
-    return _figures(
-        session,
-        Measurement,
-        Measurement.config_id,
-        config_ids,
-        kind_ids,
-        timing,
-        aggregate,
-        cache_mode,
-    )
+    return _figures(session, Measurement, config_ids, kind_ids, timing, aggregate, cache_mode)
 
 
 def model_figures(
@@ -207,16 +262,7 @@ def model_figures(
 
     ``model_ids`` None reads every model's runs on the kinds; see :func:`config_figures`.
     """
-    return _figures(
-        session,
-        FullModelRun,
-        FullModelRun.model_id,
-        model_ids,
-        kind_ids,
-        timing,
-        aggregate,
-        cache_mode,
-    )
+    return _figures(session, FullModelRun, model_ids, kind_ids, timing, aggregate, cache_mode)
 
 
 def measured_config_ids(session: Session, config_ids: Sequence[int], kind_id: int) -> set[int]:
