@@ -330,10 +330,10 @@ def _insert_results(store: Store, params: FillParams) -> None:
         for row in _rows(params, found, hosts):
             chunk.append(row)
             if len(chunk) == 20_000:
-                conn.execute(insert(Measurement.__table__), chunk)
+                conn.execute(insert(Measurement), chunk)
                 chunk = []
         if chunk:
-            conn.execute(insert(Measurement.__table__), chunk)
+            conn.execute(insert(Measurement), chunk)
         by_pair = {(t.config_id, t.kind_id): t for t in found}
         links = conn.execute(
             select(ModelOperator.model_id, ModelOperator.config_id, ModelOperator.count)
@@ -358,7 +358,7 @@ def _insert_results(store: Store, params: FillParams) -> None:
                 row["hollow_host_time_s"] = time_s * 0.05 if kinds[kind_id].type == "gpu" else None
                 runs.append(row)
         if runs:
-            conn.execute(insert(FullModelRun.__table__), runs)
+            conn.execute(insert(FullModelRun), runs)
 
 
 def _fill(url: str, params: FillParams) -> None:
