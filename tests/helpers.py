@@ -162,3 +162,20 @@ def result_row(**fields: Any) -> dict[str, Any]:
     }
     row.update(fields)
     return row
+
+
+def measure_everything(db_url: str, kind_name: str) -> None:
+    """Store a 1 ms eager result of every configuration on ``kind_name`` and one host."""
+    from operator_db.db import queries
+    from operator_db.db.models import Measurement, OperatorConfig
+    from operator_db.db.store import Store
+
+    with Store.open(db_url) as store, store.transaction() as session:
+        kind = queries.get_or_create_device_kind(session, kind_name, "gpu")
+        host = queries.get_or_create_host(session, f"host-of-{kind_name}", "GPU-1", kind.id)
+        for config_id in session.scalars(select(OperatorConfig.id)):
+            session.add(
+                Measurement(
+                    config_id=config_id, device_kind_id=kind.id, host_id=host.id, **result_row()
+                )
+            )

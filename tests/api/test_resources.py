@@ -8,14 +8,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
-from sqlalchemy import select
 
 from api.app import create_app
 from operator_db.config import Settings
-from operator_db.db import queries
-from operator_db.db.models import Measurement, OperatorConfig
-from operator_db.db.store import Store
-from tests.helpers import EXAMPLE_SPECS, result_row
+from tests.helpers import EXAMPLE_SPECS, measure_everything
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -31,19 +27,6 @@ def client(db_url: str) -> Iterator[TestClient]:
             text = (EXAMPLE_SPECS / f"{name}.yaml").read_text()
             assert c.post("/specs", params={"name": name}, content=text, headers=AUTH).is_success
         yield c
-
-
-def _measure_everything(db_url: str, kind_name: str = H100) -> None:
-    """Store a 1 ms eager result of every configuration on ``kind_name`` and one host."""
-    with Store.open(db_url) as store, store.transaction() as session:
-        kind = queries.get_or_create_device_kind(session, kind_name, "gpu")
-        host = queries.get_or_create_host(session, f"host-of-{kind_name}", "GPU-1", kind.id)
-        for config_id in session.scalars(select(OperatorConfig.id)):
-            session.add(
-                Measurement(
-                    config_id=config_id, device_kind_id=kind.id, host_id=host.id, **result_row()
-                )
-            )
 
 
 def test_models_are_listed_a_page_at_a_time_with_filters(client: TestClient) -> None:
@@ -87,7 +70,7 @@ def test_deleting_a_model_keeps_its_configurations(client: TestClient) -> None:
 def test_the_estimate_pages_its_configurations_costliest_first(
     client: TestClient, db_url: str
 ) -> None:
-    _measure_everything(db_url)
+    measure_everything(db_url, H100)
     params: dict[str, Any] = {"device_kind": H100}
     full = client.get("/models/mlp-deep-b8/estimate", params=params).json()
     total = full["configurations_total"]
@@ -102,13 +85,13 @@ def test_the_estimate_pages_its_configurations_costliest_first(
 
 
 def test_the_roofline_plot_as_png_and_svg(client: TestClient, db_url: str) -> None:
-    _measure_everything(db_url)
+    measure_everything(db_url, H100)
     png = client.get("/models/mlp-deep-b8/roofline", params={"device_kind": H100})
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
     assert png.content.startswith(b"\x89PNG")
     svg = client.get("/models/mlp-deep-b8/roofline", params={"device_kind": H100, "format": "svg"})
     assert svg.headers["content-type"] == "image/svg+xml" and b"<svg" in svg.content[:500]
-    _measure_everything(db_url, "fake:NoPeaks")
+    measure_everything(db_url, "fake:NoPeaks")
     none = client.get("/models/mlp-deep-b8/roofline", params={"device_kind": "fake:NoPeaks"})
     assert none.status_code == 404 and "no peaks known" in none.json()["detail"]
 
@@ -127,7 +110,7 @@ def test_configurations_filter_page_and_their_measurements(client: TestClient, d
     assert client.get("/configurations", params={"input_shape": "8xabc"}).status_code == 422
     assert client.get(f"/configurations/{first['key']}").json()["op"] == first["op"]
     assert client.get("/configurations/" + "0" * 64).status_code == 404
-    _measure_everything(db_url)
+    measure_everything(db_url, H100)
     results = client.get(f"/configurations/{first['key']}/measurements").json()
     assert results["total"] == 1
     [row] = results["items"]
@@ -164,7 +147,7 @@ def test_jobs_list_detail_cancel_and_counts(client: TestClient) -> None:
 
 
 def test_device_kinds_hosts_and_peaks(client: TestClient, db_url: str) -> None:
-    _measure_everything(db_url)
+    measure_everything(db_url, H100)
     kinds = client.get("/device-kinds").json()
     assert [(k["name"], k["type"]) for k in kinds] == [(H100, "gpu")]
     detail = client.get(f"/device-kinds/{H100}").json()

@@ -26,14 +26,10 @@ from pydantic import SecretStr
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events
 from schemathesis.generation import GenerationMode
-from sqlalchemy import select
 
 from api.app import create_app
 from operator_db.config import Settings
-from operator_db.db import queries
-from operator_db.db.models import Measurement, OperatorConfig
-from operator_db.db.store import Store
-from tests.helpers import EXAMPLE_SPECS, result_row
+from tests.helpers import EXAMPLE_SPECS, measure_everything
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -80,22 +76,10 @@ def api_schema(db_url: str) -> Iterator[Any]:
             assert client.post(
                 "/specs", params={"name": name}, content=text, headers=AUTH
             ).is_success
-        _measure_everything(db_url)
+        measure_everything(db_url, KIND)
         schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=CONFIG)
         _add_hostile_strategies(schema)
         yield schema
-
-
-def _measure_everything(db_url: str) -> None:
-    with Store.open(db_url) as store, store.transaction() as session:
-        kind = queries.get_or_create_device_kind(session, KIND, "gpu")
-        host = queries.get_or_create_host(session, "host-a", "GPU-1", kind.id)
-        for config_id in session.scalars(select(OperatorConfig.id)):
-            session.add(
-                Measurement(
-                    config_id=config_id, device_kind_id=kind.id, host_id=host.id, **result_row()
-                )
-            )
 
 
 def _add_hostile_strategies(schema: Any) -> None:
