@@ -29,23 +29,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from operator_db.config import FAST_FAKE_MEASURE
+
 ROOT = Path(__file__).resolve().parent.parent
-FAST_MEASURE = {
-    "OPDB_FAKE_UPDATE_PERIOD_S": "0.001",
-    "OPDB_MEASURE__WARMUP_S": "0",
-    "OPDB_MEASURE__WARMUP_MIN_CALLS": "1",
-    "OPDB_MEASURE__BLOCK_MIN_S": "0.0002",
-    "OPDB_MEASURE__BLOCKS": "3",
-    "OPDB_MEASURE__MODEL_MIN_TIME_S": "0",
-    "OPDB_MEASURE__RETRIES_WHEN_UNSTABLE": "0",
-    "OPDB_MEASURE__ENERGY_WINDOW_S": "0.005",
-    "OPDB_MEASURE__ENERGY_WINDOW_MIN_CALLS": "2",
-    "OPDB_MEASURE__TRIALS": "1",
-    "OPDB_MEASURE__MAX_GAP_S": "0",
-    "OPDB_MEASURE__IDLE_WINDOW_S": "0.005",
-    "OPDB_MEASURE__COOLDOWN_S": "0",
-}
-"""Settings that measure the small MLP in a few seconds (setup only: its figures do not matter)."""
 
 GPT2_ZOO = "import torch, transformers; transformers.GPT2Model"
 """transformers imports its models lazily: the zoo import of a GPT-2 harvest is its class."""
@@ -91,7 +77,7 @@ def _setup(folder: Path) -> tuple[dict[str, str], str]:
     subprocess.run(_opdb("ingest", str(spec)), env=env, cwd=folder, check=True, capture_output=True)
     measured = subprocess.run(
         _opdb("measure", "mlp-small-b8", "--device", "fake"),
-        env={**env, **FAST_MEASURE},
+        env={**env, **FAST_FAKE_MEASURE},
         cwd=folder,
         check=True,
         capture_output=True,

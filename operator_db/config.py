@@ -276,3 +276,23 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """Return the process-wide settings, read once on first call."""
     return Settings()
+
+
+FAST_FAKE_MEASURE: dict[str, str] = {
+    "OPDB_DEVICE": "fake",
+    "OPDB_FAKE_UPDATE_PERIOD_S": "0.001",
+    "OPDB_MEASURE__WARMUP_S": "0",
+    "OPDB_MEASURE__WARMUP_MIN_CALLS": "1",
+    "OPDB_MEASURE__BLOCK_MIN_S": "0.0002",
+    "OPDB_MEASURE__BLOCKS": "3",
+    "OPDB_MEASURE__MODEL_MIN_TIME_S": "0",
+    "OPDB_MEASURE__RETRIES_WHEN_UNSTABLE": "0",
+    "OPDB_MEASURE__ENERGY_WINDOW_S": "0.005",
+    "OPDB_MEASURE__ENERGY_WINDOW_MIN_CALLS": "2",
+    "OPDB_MEASURE__TRIALS": "1",
+    "OPDB_MEASURE__MAX_GAP_S": "0",
+    "OPDB_MEASURE__IDLE_WINDOW_S": "0.005",
+    "OPDB_MEASURE__COOLDOWN_S": "0",
+}
+"""Environment that runs the real measurement method in milliseconds on the fake device: for the
+tests and the benchmarks' setup, whose measured figures do not matter (never for real figures)."""

@@ -20,23 +20,6 @@ from operator_db.specs import SPEC_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
-FAST_MEASURE = {
-    "OPDB_DEVICE": "fake",
-    "OPDB_FAKE_UPDATE_PERIOD_S": "0.001",
-    "OPDB_MEASURE__WARMUP_S": "0",
-    "OPDB_MEASURE__WARMUP_MIN_CALLS": "1",
-    "OPDB_MEASURE__BLOCK_MIN_S": "0.0002",
-    "OPDB_MEASURE__BLOCKS": "3",
-    "OPDB_MEASURE__MODEL_MIN_TIME_S": "0",
-    "OPDB_MEASURE__RETRIES_WHEN_UNSTABLE": "0",
-    "OPDB_MEASURE__ENERGY_WINDOW_S": "0.005",
-    "OPDB_MEASURE__ENERGY_WINDOW_MIN_CALLS": "2",
-    "OPDB_MEASURE__TRIALS": "1",
-    "OPDB_MEASURE__MAX_GAP_S": "0",
-    "OPDB_MEASURE__IDLE_WINDOW_S": "0.005",
-    "OPDB_MEASURE__COOLDOWN_S": "0",
-}
-"""Settings that run the real measurement method in milliseconds on the fake device."""
 EXAMPLE_SPECS = REPO / "measurement_specs"
 
 REQUIRE_GPU = os.environ.get("OPDB_REQUIRE_GPU", "") not in ("", "0", "false")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response, status
@@ -12,7 +11,7 @@ from api.routes.common import READ, WRITE, Limit, Name, Offset
 from api.schemas import EstimateOut, ModelDetail, ModelSummaryOut, OperatorOut, Page
 from operator_db.config import Settings
 from operator_db.db import queries
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import estimate_model, finite_values
 from operator_db.estimate.rooflines import model_roofline
 
 router = APIRouter(tags=["models"], dependencies=READ)
@@ -106,20 +105,14 @@ def get_estimate(
         aggregate=aggregate,
         between_ops_warn=settings.estimate_between_ops_warn,
     )
-    # Costliest first, the unmeasured last, ties in spec order.
-    ranked = sorted(est.config_rows, key=lambda r: (r["time_s"] is None, -(r["time_s"] or 0.0)))
-    summary = {k: _finite(v) for k, v in est.summary().items()}
+    ranked = est.ranked_config_rows()
+    summary = finite_values(est.summary())
     return EstimateOut(
         **summary,
         by_op=est.op_rows,
         configurations=ranked[offset : offset + limit],
         configurations_total=len(est.config_rows),
     )
-
-
-def _finite(value: object) -> object:
-    """Return None for a NaN or infinite float (JSON has neither), else the value."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 @router.get(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -14,7 +15,7 @@ from rich.text import Text
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.errors import NotFoundError
 
-if TYPE_CHECKING:  # pandas (and matplotlib for plots) behind these: imported by the commands
+if TYPE_CHECKING:  # SQLAlchemy (and matplotlib for plots) behind these: imported by the commands
     from sqlalchemy.orm import Session
 
     from operator_db.estimate.compose import Estimate
@@ -108,15 +109,15 @@ def _print_estimate(est: Estimate, top: int) -> None:
         "GFLOPs",
         title="by operator type",
     )
-    for r in est.by_op.itertuples():
+    for r in est.op_rows:
         ops.add_row(
-            str(r.op),
-            str(r.configs),
-            str(r.calls),
-            _ms(r.time_s),
-            f"{r.time_share:.1%}",
-            "-" if r.energy_j != r.energy_j else f"{r.energy_j * 1e3:.3f}",
-            f"{r.flops / 1e9:.3f}",
+            str(r["op"]),
+            str(r["configs"]),
+            str(r["calls"]),
+            _ms(r["time_s"]),
+            "-" if r["time_share"] is None else f"{r['time_share']:.1%}",
+            "-" if r["energy_j"] is None else f"{r['energy_j'] * 1e3:.3f}",
+            f"{r['flops'] / 1e9:.3f}",
         )
     console.print(ops)
     cfgs = Table(
@@ -129,16 +130,16 @@ def _print_estimate(est: Estimate, top: int) -> None:
         "flags",
         title=f"largest {top} configurations",
     )
-    ranked = est.configs.sort_values("time_s", ascending=False, na_position="last").head(top)
-    for r in ranked.itertuples():
+    for r in est.ranked_config_rows()[:top]:
+        measured = r["measured"]
         cfgs.add_row(
-            str(r.op),
-            str(r.inputs),
-            str(r.count),
-            "-" if not r.measured else f"{r.time_per_call_s * 1e6:.1f}",
-            _ms(r.time_s if r.measured else None),
-            "-" if not r.measured else f"{r.time_share:.1%}",
-            str(r.flags or ""),
+            str(r["op"]),
+            str(r["inputs"]),
+            str(r["count"]),
+            "-" if not measured else f"{r['time_per_call_s'] * 1e6:.1f}",
+            _ms(r["time_s"] if measured else None),
+            "-" if not measured or r["time_share"] is None else f"{r['time_share']:.1%}",
+            str(r["flags"] or ""),
         )
     console.print(cfgs)
     for note in est.notes:
@@ -200,14 +201,13 @@ def estimate(
             between_ops_warn=get_settings().estimate_between_ops_warn,
         )
     if as_json:
-        payload: dict[str, Any] = {
-            **est.summary(),
-            "by_op": json.loads(est.by_op.to_json(orient="records")),
-            "configurations": json.loads(est.configs.to_json(orient="records")),
-        }
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.write(json.dumps(est.as_dict(), indent=2, allow_nan=False) + "\n")
     elif as_csv:
-        est.configs.to_csv(sys.stdout, index=False)
+        from operator_db.estimate.compose import CONFIG_COLUMNS
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=CONFIG_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(est.config_rows)
     else:
         _print_estimate(est, top)
 

@@ -15,15 +15,17 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.queries import Aggregate, Figure
 from operator_db.estimate.peaks import best_peaks, kind_peaks
 from operator_db.estimate.roofline import Peaks
+
+if TYPE_CHECKING:  # pandas only where a table is asked for: `opdb estimate` prints the rows
+    import pandas as pd
 
 TimingChoice = Literal["eager", "graph"]
 CacheChoice = Literal["warm", "cold"]
@@ -117,6 +119,8 @@ class Estimate:
     @cached_property
     def configs(self) -> pd.DataFrame:
         """One row per configuration (see ``CONFIG_COLUMNS``); times in s, energies in J."""
+        import pandas as pd
+
         table = pd.DataFrame.from_records(self.config_rows, columns=CONFIG_COLUMNS)
         table["time_share"] = table["time_share"].astype(float)  # unknown: NaN, not None
         return table
@@ -124,6 +128,8 @@ class Estimate:
     @cached_property
     def by_op(self) -> pd.DataFrame:
         """Per operator type: configurations, calls, time (s), energy (J), FLOPs, time share."""
+        import pandas as pd
+
         table = pd.DataFrame.from_records(self.op_rows, columns=BY_OP_COLUMNS)
         for column in ("energy_j", "time_share"):  # unknown: NaN, not None
             table[column] = table[column].astype(float)
@@ -180,6 +186,21 @@ class Estimate:
         if self.peaks is None:
             return None
         return _sum(r["roofline_time_s"] for r in self.config_rows)
+
+    def ranked_config_rows(self) -> list[dict[str, Any]]:
+        """Return ``config_rows`` costliest first, the unmeasured last, ties in spec order."""
+        return sorted(self.config_rows, key=lambda r: (r["time_s"] is None, -(r["time_s"] or 0.0)))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the summary, ``by_op`` and the configurations (spec order) as JSON-ready data.
+
+        A NaN or infinite figure is None (JSON has neither).
+        """
+        return {
+            **finite_values(self.summary()),
+            "by_op": [finite_values(r) for r in self.op_rows],
+            "configurations": [finite_values(r) for r in self.config_rows],
+        }
 
     def summary(self) -> dict[str, Any]:
         """Return the headline figures as a JSON-ready dict."""
@@ -411,6 +432,11 @@ def _coverage_warnings(
             "measured and are left out of the operators' sum"
         )
     return found
+
+
+def finite_values(row: dict[str, Any]) -> dict[str, Any]:
+    """Return ``row`` with each NaN or infinite float replaced by None (JSON has neither)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
 
 
 def _sum(values: Iterable[float | None]) -> float:

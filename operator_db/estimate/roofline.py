@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
-
 from operator_db.errors import ConfigurationError, NotFoundError, OperatorDBError
 from operator_db.estimate.chips import ChipPeaks, find_chip
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from operator_db.estimate.compose import Estimate
 
 BoundType = Literal["memory", "compute"]
@@ -142,6 +142,8 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
     Times in s, FLOP/s, bytes; ``bound`` says which roof limits the configuration ("memory" or
     "compute", by the measured peaks where known); ``efficiency`` = roofline bound / measured time.
     """
+    import pandas as pd  # here, not at the top: `opdb estimate` needs Peaks, not tables
+
     reference = measured or spec
     rows: list[dict[str, Any]] = []
     cfgs = est.configs[est.configs["form"] != "opaque"]

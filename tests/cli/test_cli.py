@@ -12,12 +12,13 @@ import pytest
 import yaml
 from sqlalchemy import inspect
 
+from operator_db.config import FAST_FAKE_MEASURE
 from operator_db.db.engine import make_engine
 from operator_db.db.migrate import head_revision
 from operator_db.db.queries import row_counts
 from operator_db.db.store import Store
 from tests.conftest import POSTGRES_URL
-from tests.helpers import EXAMPLE_SPECS, FAST_MEASURE, linear_op, run_cli, snapshot, spec_dict
+from tests.helpers import EXAMPLE_SPECS, linear_op, run_cli, snapshot, spec_dict
 
 HEAD = head_revision()
 """The newest migration: what every command expects."""
@@ -190,7 +191,7 @@ def test_sqlite_default_is_created_and_upgraded_on_first_use(
 ) -> None:
     # conftest points OPDB_DATABASE_URL at tmp_path/default.sqlite, which does not exist yet.
     # The whole main job, on a small model and the fake device so that it takes seconds.
-    for name, value in FAST_MEASURE.items():
+    for name, value in FAST_FAKE_MEASURE.items():
         monkeypatch.setenv(name, value)
     args = [
         "demo",

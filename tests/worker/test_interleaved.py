@@ -8,6 +8,7 @@ import pytest
 import torch
 from sqlalchemy import select, update
 
+from operator_db.config import FAST_FAKE_MEASURE
 from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Job, Measurement, ModelOperator, OperatorConfig
@@ -21,7 +22,7 @@ from operator_db.ops.build import OperatorBuildError
 from operator_db.specs import parse_spec
 from operator_db.worker import execute
 from operator_db.worker.daemon import Worker, WorkerOptions
-from tests.helpers import FAST_MEASURE, linear_op, relu_op, run_cli, spec_dict
+from tests.helpers import linear_op, relu_op, run_cli, spec_dict
 
 
 def ingest_mlp(store: Store, name: str = "tiny") -> int:
@@ -121,7 +122,7 @@ def test_measure_command_interleaves_then_measures_left_out_alone(
     store: Store,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name, value in FAST_MEASURE.items():
+    for name, value in FAST_FAKE_MEASURE.items():
         monkeypatch.setenv(name, value)
     configs = ingest_mlp(store)
     calls = {"relu": 0}

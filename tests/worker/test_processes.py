@@ -17,11 +17,12 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
+from operator_db.config import FAST_FAKE_MEASURE
 from operator_db.db.models import Job, Measurement
 from operator_db.db.store import Store
-from tests.helpers import FAST_MEASURE, relu_op, spec_dict
+from tests.helpers import relu_op, spec_dict
 
-FAST = FAST_MEASURE
+FAST = FAST_FAKE_MEASURE
 
 
 def worker_env(**extra: str) -> dict[str, str]:

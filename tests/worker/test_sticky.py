@@ -14,7 +14,7 @@ import torch
 from sqlalchemy import func, select
 
 from operator_db.cli.main import EXIT_RESTART
-from operator_db.config import MeasureSettings
+from operator_db.config import FAST_FAKE_MEASURE, MeasureSettings
 from operator_db.db import queue
 from operator_db.db.models import FullModelRun, Job, Measurement
 from operator_db.db.store import Store
@@ -24,7 +24,7 @@ from operator_db.errors import DeviceContextLostError
 from operator_db.worker import execute
 from operator_db.worker.daemon import WorkerEvent
 from operator_db.worker.execute import JobInfo
-from tests.helpers import FAST_MEASURE, REPO, run_cli
+from tests.helpers import REPO, run_cli
 from tests.worker.test_daemon import enqueue, fixed_result, make_worker
 from tests.worker.test_interleaved import ingest_mlp
 
@@ -241,7 +241,7 @@ def test_cli_worker_and_measure_exit_with_the_restart_code(
     monkeypatch: pytest.MonkeyPatch,
     cuda_calls: list[str],
 ) -> None:
-    for name, value in FAST_MEASURE.items():
+    for name, value in FAST_FAKE_MEASURE.items():
         monkeypatch.setenv(name, value)
     _poison_measuring(monkeypatch)
     ingest_mlp(store)
@@ -278,7 +278,7 @@ def test_the_process_exits_with_the_restart_code(db_url: str, store: Store) -> N
         entry()
         """
     )
-    env = {**os.environ, **FAST_MEASURE, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **FAST_FAKE_MEASURE, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
     )
