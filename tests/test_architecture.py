@@ -23,6 +23,18 @@ ALLOWED: dict[str, set[str]] = {
     "estimate": {"db", "errors", "measure", "specs"},
     "worker": {"db", "devices", "errors", "measure", "ops", "specs"},
     "doctor": {"config", "db", "devices", "errors", "measure"},
+    "study": {
+        "config",
+        "db",
+        "devices",
+        "errors",
+        "estimate",
+        "harvest",
+        "measure",
+        "ops",
+        "specs",
+        "worker",
+    },
 }
 """Which of the package's parts each part may import (docs/architecture.md); cli/ may import all."""
 

@@ -49,14 +49,12 @@ def admitted_specs(paths: Sequence[str | Path]) -> list[LoadedSpec]:
         SpecError: the first file that is not valid, or asks what a worker may not run.
     """
     from operator_db.config import get_settings
-    from operator_db.ops.admission import admit_spec  # torch: the ops a worker may build
-    from operator_db.specs import load_specs
+    from operator_db.ops.admission import load_admitted  # torch: the ops a worker may build
 
     settings = get_settings()
-    return [
-        admit_spec(loaded, max_tensor_numel=settings.max_tensor_numel)
-        for loaded in load_specs(paths, max_bytes=settings.max_spec_bytes)
-    ]
+    return load_admitted(
+        paths, max_spec_bytes=settings.max_spec_bytes, max_tensor_numel=settings.max_tensor_numel
+    )
 
 
 def ingest(

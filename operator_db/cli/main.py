@@ -24,6 +24,7 @@ from operator_db.cli.harvest import harvest
 from operator_db.cli.ingest import ingest
 from operator_db.cli.report import report
 from operator_db.cli.serve import serve
+from operator_db.cli.study import study
 from operator_db.cli.work import enqueue, jobs_status, measure, worker
 from operator_db.errors import DeviceContextLostError, OperatorDBError
 
@@ -53,6 +54,7 @@ app.command()(estimate)
 app.command()(roofline)
 app.command()(peaks)
 app.command()(report)
+app.command()(study)
 app.command()(doctor)
 
 

@@ -12,6 +12,7 @@ Functions take ``session`` and never commit: the worker commits at each step.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,6 +25,7 @@ from operator_db.db.models import (
     Job,
     JobStatus,
     Model,
+    ModelOperator,
     OperatorConfig,
     utcnow,
 )
@@ -62,8 +64,11 @@ def enqueue_model(
     max_attempts: int = 3,
     remeasure: bool = False,
     interleaved: bool = False,
+    operators: bool = True,
 ) -> EnqueueResult:
     """Queue every configuration of a model not yet measured on a kind, and a full-model run.
+
+    ``operators=False`` queues the full-model run alone (a study's whole-model measurement).
 
     A configuration already measured, or already queued or running (for this model or another), is
     not queued again. ``priorities`` maps config ids to a priority that overrides ``priority``.
@@ -86,8 +91,8 @@ def enqueue_model(
     measured = set() if remeasure else measured_config_ids(session, ids, kind.id)
     active = _active_config_ids(session, ids, kind.id)
     now = utcnow()
-    todo = [cid for cid in ids if cid not in measured and cid not in active]
-    if interleaved and model.reference:
+    todo = [cid for cid in ids if cid not in measured and cid not in active] if operators else []
+    if interleaved and operators and model.reference:
         return _enqueue_interleaved(
             session,
             model.id,
@@ -208,8 +213,8 @@ def _enqueue_interleaved(
     )
 
 
-def _claimable(device_kind_id: int, now: datetime) -> object:
-    return and_(
+def _claimable(device_kind_id: int, now: datetime, model_ids: Collection[int] | None) -> object:
+    claimable = and_(
         Job.device_kind_id == device_kind_id,
         Job.attempts < Job.max_attempts,
         or_(
@@ -217,17 +222,31 @@ def _claimable(device_kind_id: int, now: datetime) -> object:
             and_(Job.status == JobStatus.RUNNING, Job.lease_expires_at < now),
         ),
     )
+    if model_ids is None:
+        return claimable
+    ids = sorted(set(model_ids))
+    their_configs = select(ModelOperator.config_id).where(ModelOperator.model_id.in_(ids))
+    return and_(claimable, or_(Job.model_id.in_(ids), Job.config_id.in_(their_configs)))
 
 
-def claim_job(session: Session, device_kind_id: int, owner: str, lease_s: float) -> Job | None:
+def claim_job(
+    session: Session,
+    device_kind_id: int,
+    owner: str,
+    lease_s: float,
+    *,
+    model_ids: Collection[int] | None = None,
+) -> Job | None:
     """Take the most urgent claimable job of a kind under a lease of ``lease_s`` seconds.
 
-    Returns None when there is nothing to do. The caller commits at once, so the lease is visible.
+    ``model_ids`` restricts it to those models' jobs: their full-model runs and the jobs of their
+    configurations (shared configurations included). Returns None when there is nothing to do.
+    The caller commits at once, so the lease is visible.
     """
     now = utcnow()
     pick = (
         select(Job.id)
-        .where(_claimable(device_kind_id, now))  # type: ignore[arg-type]
+        .where(_claimable(device_kind_id, now, model_ids))  # type: ignore[arg-type]
         .order_by(Job.priority.desc(), Job.id)
         .limit(1)
     )

@@ -14,12 +14,15 @@ settings, the same way wherever it comes in (``opdb ingest``, ``POST /specs``, a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 from operator_db.errors import SpecError
 from operator_db.ops.arguments import ArgumentError, check_module_args
 from operator_db.ops.build import storage_numel
 from operator_db.ops.encoding import EncodingError, input_strides
 from operator_db.ops.resolve import UnknownOperatorError, resolve_function
-from operator_db.specs.io import LoadedSpec
+from operator_db.specs.io import LoadedSpec, load_specs
 from operator_db.specs.schema import OperatorSpec, TensorSpec
 
 
@@ -80,3 +83,17 @@ def _operator_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | Non
                 f"{max_numel} (OPDB_MAX_TENSOR_NUMEL)"
             )
     return None
+
+
+def load_admitted(
+    paths: Iterable[str | Path], *, max_spec_bytes: int, max_tensor_numel: int
+) -> list[LoadedSpec]:
+    """Load and validate spec files whole (files, directories or globs), and admit each.
+
+    Raises:
+        SpecError: the first file that is not valid, or asks what a worker may not run.
+    """
+    return [
+        admit_spec(loaded, max_tensor_numel=max_tensor_numel)
+        for loaded in load_specs(paths, max_bytes=max_spec_bytes)
+    ]

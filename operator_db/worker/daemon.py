@@ -94,6 +94,8 @@ class WorkerOptions:
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     max_db_failures: int = 5
     """Consecutive database failures before the worker gives up."""
+    model_ids: frozenset[int] | None = None
+    """Take only these models' jobs (their runs and their configurations'); None: any job."""
 
 
 class _Heartbeat:
@@ -233,7 +235,13 @@ class Worker:
                 with self.store.transaction() as session:
                     queue.expire_exhausted(session)
                 with self.store.transaction() as session:
-                    job = queue.claim_job(session, kind_id, self.options.name, self.options.lease_s)
+                    job = queue.claim_job(
+                        session,
+                        kind_id,
+                        self.options.name,
+                        self.options.lease_s,
+                        model_ids=self.options.model_ids,
+                    )
                     claimed = None if job is None else (job.id, queue.job_target_name(session, job))
                 db_failures = 0
             except DatabaseError as exc:
