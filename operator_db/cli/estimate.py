@@ -244,6 +244,50 @@ def roofline(
         table.to_csv(sys.stdout, index=False)
 
 
+def chips(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Image to write (.png or .svg).")] = Path(
+        "chips_roofline.png"
+    ),
+    dtype: Annotated[
+        str, typer.Option(help="Dtype of the roofs (a chip without it: the nearest it has).")
+    ] = "float32",
+    device_kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--device-kind",
+            help="Kind to draw over the chips (repeatable; default: every kind with measured "
+            "peaks).",
+        ),
+    ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(help="Model to place as a point on each drawn kind (repeatable)."),
+    ] = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Plot the roofline of every chip of the spec-sheet table, with this database's devices."""
+    from operator_db.estimate.chip_roofline import (
+        chip_roofs,
+        describe_roof,
+        device_roofs,
+        model_points,
+        plot_chip_rooflines,
+    )
+
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        devices = device_roofs(session, dtype, device_kind)
+        points = model_points(session, model or [], [d.kind_name for d in devices])
+    path = plot_chip_rooflines(out, dtype=dtype, devices=devices, points=points)
+    console.print(f"wrote {path}: {len(chip_roofs(dtype))} chips, {len(devices)} device kinds")
+    for d in devices:
+        console.print(f"{d.kind_name}: measured {describe_roof(d.measured)}")
+        console.print(f"  spec ({d.spec_label}): {describe_roof(d.spec)}")
+    for point in points:
+        console.print(
+            f"{point.label}: {point.intensity:.3g} FLOP/byte, {point.flops_per_s / 1e9:.4g} GFLOP/s"
+        )
+
+
 def peaks(
     device: Annotated[
         str | None, typer.Option("--device", help="auto, cpu, nvidia[:N] or fake.")

@@ -124,6 +124,29 @@ def device_roofs(
     return out
 
 
+def model_points(session: Session, models: Sequence[str], kinds: Sequence[str]) -> list[RoofPoint]:
+    """Return each model's whole-model point on each kind where it has an achieved FLOP/s.
+
+    The point is the model's FLOPs over its compulsory bytes and its FLOPs over its measured
+    full-model time (or its composed time at full coverage), as in ``opdb roofline``.
+
+    Raises:
+        NotFoundError: an unknown model, or a kind without peaks.
+    """
+    from operator_db.estimate.rooflines import model_roofline  # pandas: only when asked for
+
+    out: list[RoofPoint] = []
+    for model in models:
+        for kind in kinds:
+            view = model_roofline(session, model, kind)
+            row = view.table[view.table["op"] == "(model)"].iloc[0]
+            achieved = row["achieved_flops_per_s"]
+            if achieved and row["bytes"] and achieved == achieved:  # NaN: not measured
+                label = f"{model} ({view.dtype}) on {kind}"
+                out.append(RoofPoint(label, float(row["intensity"]), float(achieved)))
+    return out
+
+
 def describe_roof(peaks: Peaks | None) -> str:
     """Return ``153.6 GFLOP/s, 9.6 GB/s`` for a roof, or ``none``."""
     if peaks is None:

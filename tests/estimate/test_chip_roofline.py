@@ -17,9 +17,11 @@ from operator_db.estimate.chip_roofline import (
     plot_chip_rooflines,
 )
 from operator_db.estimate.chips import find_chip
-from operator_db.estimate.peaks import record_peaks, store_spec_peaks
-from tests.estimate.test_peaks import cpu_measured
+from operator_db.estimate.peaks import record_peaks, store_measured_peaks, store_spec_peaks
+from tests.estimate.test_compose import KIND, setup
+from tests.estimate.test_peaks import cpu_measured, fake_measured
 from tests.estimate.test_report import NOW, png_ok
+from tests.helpers import run_cli
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -102,3 +104,31 @@ def test_report_has_the_chips_section(store: Store, tmp_path: Path) -> None:
         "EPYC 9654 (Genoa), scaled to 2 of 96 cores) 153.6 GFLOP/s, 9.6 GB/s"
     ) in text
     assert png_ok(tmp_path / "chips_roofline.png")
+
+
+def test_chips_command(
+    store: Store, db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup(store)  # the toy model, measured on KIND
+    with store.transaction() as session:
+        record_peaks(session, cpu_measured("vm-2", 2))
+        store_measured_peaks(session, KIND, fake_measured(KIND))
+    out = tmp_path / "chips.png"
+    done = run_cli(capsys, "chips", "-o", str(out), "--model", "toy", "--db", db_url)
+    assert done.code == 0, done.err
+    lines = done.out.splitlines()
+    assert lines[0] == f"wrote {out}: 20 chips, 2 device kinds"
+    assert "cpu:AMD EPYC: measured 120 GFLOP/s, 20 GB/s" in lines
+    assert (
+        "  spec (closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores): "
+        "153.6 GFLOP/s, 9.6 GB/s"
+    ) in lines
+    assert f"{KIND}: measured 5e+04 GFLOP/s, 3000 GB/s" in lines
+    # The toy is measured on KIND only: one point, there. 4352 FLOPs over 4992 bytes; over its
+    # 1.5 ms full run, 2.901 MFLOP/s.
+    assert [line for line in lines if line.startswith("toy")] == [
+        f"toy (float32) on {KIND}: 0.872 FLOP/byte, 0.002901 GFLOP/s"
+    ]
+    assert png_ok(out)
+    missing = run_cli(capsys, "chips", "--device-kind", "NVIDIA Nope", "--db", db_url)
+    assert missing.code == 1 and "no device kind 'NVIDIA Nope'" in missing.err
