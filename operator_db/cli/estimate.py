@@ -244,6 +244,50 @@ def roofline(
         table.to_csv(sys.stdout, index=False)
 
 
+def chips(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Image to write (.png or .svg).")] = Path(
+        "chips_roofline.png"
+    ),
+    dtype: Annotated[
+        str, typer.Option(help="Dtype of the roofs (a chip without it: the nearest it has).")
+    ] = "float32",
+    device_kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--device-kind",
+            help="Kind to draw over the chips (repeatable; default: every kind with measured "
+            "peaks).",
+        ),
+    ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(help="Model to place as a point on each drawn kind (repeatable)."),
+    ] = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Plot the roofline of every chip of the spec-sheet table, with this database's devices."""
+    from operator_db.estimate.chip_roofline import (
+        chip_roofs,
+        describe_roof,
+        device_roofs,
+        model_points,
+        plot_chip_rooflines,
+    )
+
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        devices = device_roofs(session, dtype, device_kind)
+        points = model_points(session, model or [], [d.kind_name for d in devices])
+    path = plot_chip_rooflines(out, dtype=dtype, devices=devices, points=points)
+    console.print(f"wrote {path}: {len(chip_roofs(dtype))} chips, {len(devices)} device kinds")
+    for d in devices:
+        console.print(f"{d.kind_name}: measured {describe_roof(d.measured)}")
+        console.print(f"  spec ({d.spec_label}): {describe_roof(d.spec)}")
+    for point in points:
+        console.print(
+            f"{point.label}: {point.intensity:.3g} FLOP/byte, {point.flops_per_s / 1e9:.4g} GFLOP/s"
+        )
+
+
 def peaks(
     device: Annotated[
         str | None, typer.Option("--device", help="auto, cpu, nvidia[:N] or fake.")
@@ -257,7 +301,7 @@ def peaks(
     db: DatabaseOption = None,
 ) -> None:
     """Measure this host's attainable peaks (large matmul per dtype, large copy) and store them."""
-    from operator_db.estimate.chips import find_chip, load_peak_table
+    from operator_db.estimate.chips import load_peak_table
 
     if list_table:
         table = Table(
@@ -295,29 +339,39 @@ def peaks(
         measured = measure_peaks(dev, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()])
     with open_store(db) as store, store.transaction() as session:
         kind_peaks = record_peaks(session, measured)
-    matched = find_chip(measured.kind_name)
+    scaled = kind_peaks.spec_scale != 1.0
     table = Table(
         "quantity",
         "dtype",
-        "spec",
+        "spec" + (" (scaled)" if scaled else ""),
+        *(["spec (whole chip)"] if scaled else []),
         "measured",
         "measured / spec",
-        title=f"{measured.kind_name}" + (f" (table: {matched.name})" if matched else ""),
+        title=f"{measured.kind_name}"
+        + (f"\nspec: {kind_peaks.spec_label}" if kind_peaks.spec_origin else "\nno spec sheet"),
     )
     for row in kind_peaks.rows():
         unit, scale = ("GB/s", 1e9) if row["quantity"] == "bytes_per_s" else ("TFLOP/s", 1e12)
 
         def fmt(v: float | None, unit: str = unit, scale: float = scale) -> str:
-            return "-" if v is None else f"{v / scale:.2f} {unit}"
+            return "-" if v is None else f"{v / scale:.3g} {unit}"
 
         frac = row.get("fraction_of_spec")
         table.add_row(
             row["quantity"],
             row["dtype"] or "",
             fmt(row.get("spec")),
+            *([fmt(row.get("spec_chip"))] if scaled else []),
             fmt(row.get("measured")),
             "-" if frac is None else f"{frac:.0%}",
         )
     console.print(table)
+    allotment = measured.provenance.get("cpu_allotment")
+    if isinstance(allotment, dict):
+        console.print(
+            f"this process may use {allotment.get('usable_cores'):g} cores (limited by "
+            f"{allotment.get('limited_by')}); stored with the host, so the spec roof is scaled "
+            "to it wherever the database is read"
+        )
     for dtype, reason in measured.skipped.items():
         console.print(f"skipped {dtype}: {reason}")

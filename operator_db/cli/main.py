@@ -19,7 +19,7 @@ from operator_db.cli import models as models_cli
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
 from operator_db.cli.doctor import doctor
-from operator_db.cli.estimate import estimate, peaks, roofline
+from operator_db.cli.estimate import chips, estimate, peaks, roofline
 from operator_db.cli.harvest import harvest
 from operator_db.cli.ingest import ingest
 from operator_db.cli.report import report
@@ -53,6 +53,7 @@ app.command("jobs")(jobs_status)
 app.command()(estimate)
 app.command()(roofline)
 app.command()(peaks)
+app.command()(chips)
 app.command()(report)
 app.command()(study)
 app.command()(doctor)

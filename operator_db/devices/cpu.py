@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from operator_db.devices.allotment import CpuAllotment, read_cpu_allotment
 from operator_db.devices.base import (
     Clock,
     Device,
@@ -149,16 +150,23 @@ class CpuDevice(Device):
         threads: int | None = None,
         powercap_root: Path = POWERCAP_ROOT,
         cpuinfo: Path = CPUINFO,
+        allotment: CpuAllotment | None = None,
         clock: Clock = time.perf_counter_ns,
         sleep: Sleep = time.sleep,
     ) -> None:
-        """Open the CPU; ``threads`` sets ``torch.set_num_threads`` (METHODOLOGY §3) when given."""
+        """Open the CPU; ``threads`` sets ``torch.set_num_threads`` (METHODOLOGY §3) when given.
+
+        ``allotment`` (default: read from this process's affinity and cgroup) is the cores this
+        process may use; it goes into the identity's ``extra`` and the provenance as
+        ``cpu_allotment``, so a roof can be scaled to it (docs/peaks.md, "CPU roofs").
+        """
         super().__init__(clock=clock, sleep=sleep)
         if threads is not None:
             if threads < 1:
                 raise ValueError("threads must be >= 1")
             torch.set_num_threads(threads)
         model, vendor = read_cpu_model(cpuinfo)
+        self.allotment = allotment if allotment is not None else read_cpu_allotment()
         self.powercap_root = powercap_root
         self._rapl: Rapl | None = None
         self._energy_reason: str | None = None
@@ -184,6 +192,7 @@ class CpuDevice(Device):
             extra={
                 "logical_cpus": os.cpu_count(),
                 "rapl_zones": [z.label for z in self._rapl.zones] if self._rapl else [],
+                "cpu_allotment": self.allotment.as_dict(),
             },
         )
 
@@ -253,9 +262,10 @@ class CpuDevice(Device):
         return Telemetry(timestamp_us=self.timestamp_us())
 
     def provenance(self) -> dict[str, Any]:
-        """Return the common provenance plus logical CPU count and RAPL zones."""
+        """Return the common provenance plus logical CPU count, allotment and RAPL zones."""
         out = super().provenance()
         out["logical_cpus"] = os.cpu_count()
+        out["cpu_allotment"] = self.allotment.as_dict()
         out["rapl_zones"] = self._identity.extra["rapl_zones"]
         return out
 

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from operator_db.errors import SpecError
 from operator_db.specs.io import format_error, format_loc
@@ -61,11 +70,20 @@ class ChipPeaks(BaseModel):
     """The vendor document (title or URL) the figures come from."""
     notes: str = ""
     """Clocks, form factor and any derivation (CPU: cores x clock x FLOPs/cycle/core)."""
+    cores: PositiveInt | None = None
+    """Cores per socket: required for server CPUs, whose roofs are scaled to the cores a process
+    may use (``scaled_to_cores``); absent for other chips."""
 
     @property
     def names(self) -> tuple[str, ...]:
         """The name and every alias."""
         return (self.name, *self.aliases)
+
+    @model_validator(mode="after")
+    def _cores_for_cpus(self) -> ChipPeaks:
+        if (self.category == "server_cpu") != (self.cores is not None):
+            raise ValueError("cores is required for server_cpu chips and only for them")
+        return self
 
 
 class PeakTable(BaseModel):
@@ -133,42 +151,72 @@ def _read_table(path: Path) -> list[ChipPeaks]:
     return parse_peak_table(data, str(path))
 
 
-def find_chip(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipPeaks | None:
-    """Return the chip called ``name`` (its name or an alias), or None.
+MatchKind = Literal["exact", "contains", "partial"]
+"""How a device-kind name matched a chip: ``exact`` (its name or an alias), ``contains`` (the
+name holds an alias and more, such as a CPU's clock suffix: the same chip), ``partial`` (the name
+is only part of the chip's, such as a family: the closest spec-sheet match, not the chip)."""
 
-    Matching ignores case and repeated whitespace. Failing an exact match, a chip matches when
-    one of its names contains ``name`` as whole words, or ``name`` contains one of them
-    (``H100 PCIe``; ``cpu:Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz``), but only when exactly
-    one chip does and ``name`` has at least 3 characters. Whole words: ``NVIDIA A10`` is not
-    found in ``NVIDIA A100 80GB PCIe`` nor ``NVIDIA L4`` in ``NVIDIA L40``. ``chips`` defaults to
-    the shipped table.
+
+@dataclass(frozen=True)
+class ChipMatch:
+    """A chip of the table found for a device-kind name, and how it was found."""
+
+    chip: ChipPeaks
+    how: MatchKind
+
+    @property
+    def identical(self) -> bool:
+        """True when the name names this chip (``exact`` or ``contains``), not just its family."""
+        return self.how != "partial"
+
+    @property
+    def label(self) -> str:
+        """The chip's name, or ``closest spec-sheet match: <name>`` for a partial match."""
+        return self.chip.name if self.identical else f"closest spec-sheet match: {self.chip.name}"
+
+
+def match_chip(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipMatch | None:
+    """Return the chip called ``name`` with how it matched, or None.
+
+    Matching ignores case and repeated whitespace. An equal name or alias is ``exact``. Failing
+    that, a chip matches when ``name`` contains one of its names as whole words (``contains``:
+    ``cpu:Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz``, the same chip with a clock suffix), or
+    one of its names contains ``name`` (``partial``: ``H100 PCIe``, or ``cpu:AMD EPYC``, a family
+    whose closest entry is the EPYC 9654), but only when exactly one chip does and ``name`` has
+    at least 3 characters. Whole words: ``NVIDIA A10`` is not found in ``NVIDIA A100 80GB PCIe``
+    nor ``NVIDIA L4`` in ``NVIDIA L40``. ``chips`` defaults to the shipped table.
     """
     if chips is None:
-        return _find_shipped_chip(name)
-    return _find(name, chips)
+        return _match_shipped_chip(name)
+    return _match(name, chips)
+
+
+def find_chip(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipPeaks | None:
+    """Return the chip :func:`match_chip` finds for ``name``, however it matched, or None."""
+    found = match_chip(name, chips)
+    return None if found is None else found.chip
 
 
 @lru_cache(maxsize=1024)
-def _find_shipped_chip(name: str) -> ChipPeaks | None:
-    """:func:`find_chip` in the shipped table, which never changes: each name is matched once."""
-    return _find(name, _shipped_table())
+def _match_shipped_chip(name: str) -> ChipMatch | None:
+    """:func:`match_chip` in the shipped table, which never changes: each name is matched once."""
+    return _match(name, _shipped_table())
 
 
-def _find(name: str, table: Sequence[ChipPeaks]) -> ChipPeaks | None:
+def _match(name: str, table: Sequence[ChipPeaks]) -> ChipMatch | None:
     query = _normalize(name)
     for chip in table:
         if any(_normalize(n) == query for n in chip.names):
-            return chip
+            return ChipMatch(chip, "exact")
     if len(query) < 3:
         return None
-    found = [
-        chip
-        for chip in table
-        if any(
-            _contains_words(known, query) or _contains_words(query, known)
-            for known in map(_normalize, chip.names)
-        )
-    ]
+    found: list[ChipMatch] = []
+    for chip in table:
+        known = [_normalize(n) for n in chip.names]
+        if any(_contains_words(query, k) for k in known):
+            found.append(ChipMatch(chip, "contains"))
+        elif any(_contains_words(k, query) for k in known):
+            found.append(ChipMatch(chip, "partial"))
     return found[0] if len(found) == 1 else None
 
 
@@ -179,7 +227,26 @@ def _contains_words(text: str, part: str) -> bool:
     return re.search(before + re.escape(part) + after, text) is not None
 
 
-def spec_reference(chip: ChipPeaks) -> str:
-    """Return the text stored as a spec peak's ``reference``: chip, source and notes."""
-    parts = [chip.name, chip.source] + ([chip.notes] if chip.notes else [])
+def spec_reference(chip: ChipPeaks, how: MatchKind = "exact") -> str:
+    """Return the text stored as a spec peak's ``reference``: chip, source and notes.
+
+    A ``partial`` match starts with ``closest spec-sheet match:``: the figures are another chip's.
+    """
+    name = ChipMatch(chip, how).label
+    parts = [name, chip.source] + ([chip.notes] if chip.notes else [])
     return " | ".join(parts)
+
+
+def scaled_to_cores(value: float, chip_cores: int, usable_cores: float) -> float:
+    """Scale a whole-chip figure (FLOP/s or bytes/s) to ``usable_cores`` of ``chip_cores``.
+
+    Linear in cores: a core's FMA units are its own, and a socket's memory channels are shared
+    evenly when every core streams (docs/peaks.md, "CPU roofs"). More usable cores than the chip
+    has (a two-socket host) scales above the one-socket figure.
+
+    Raises:
+        ValueError: non-positive core counts.
+    """
+    if chip_cores <= 0 or usable_cores <= 0:
+        raise ValueError(f"core counts must be > 0, got {usable_cores!r} of {chip_cores!r}")
+    return value * usable_cores / chip_cores

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from operator_db.devices import CpuDevice, EnergyWindow, Rapl
+from operator_db.devices.allotment import CpuAllotment, CpuQuota
 from operator_db.devices.cpu import read_cpu_model
 from operator_db.errors import DeviceError, PermissionDeniedError
 from tests.devices.clock import ManualClock
@@ -93,6 +94,17 @@ def test_identity(cpuinfo: Path, powercap: Path) -> None:
         assert cpu.power_unavailable_reason() == (
             "power unavailable: no instant power sensor on the CPU; energy comes from RAPL"
         )
+
+
+def test_allotment_is_in_identity_and_provenance(cpuinfo: Path, powercap: Path) -> None:
+    allotment = CpuAllotment(4, CpuQuota(250000, 100000, "/cg/cpu.max"), logical_cpus=64)
+    with CpuDevice(cpuinfo=cpuinfo, powercap_root=powercap, allotment=allotment) as cpu:
+        assert cpu.identity().extra["cpu_allotment"]["usable_cores"] == 2.5
+        provenance = cpu.provenance()
+        assert provenance["cpu_allotment"] == allotment.as_dict()
+        assert provenance["cpu_allotment"]["limited_by"] == "cgroup quota"
+    with CpuDevice(cpuinfo=cpuinfo, powercap_root=powercap) as cpu:  # this process's own
+        assert cpu.provenance()["cpu_allotment"]["usable_cores"] > 0
 
 
 def test_threads_are_set_and_reported(cpuinfo: Path, powercap: Path, restore_threads: None) -> None:

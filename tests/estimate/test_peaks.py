@@ -85,6 +85,7 @@ def test_cpu_chips_have_cpu_aliases_and_formulas() -> None:
         if chip.category == "server_cpu":
             assert all(cpu_aliases), chip.name
             assert "x" in chip.notes and "GHz" in chip.notes  # cores x clock x FLOPs/cycle
+            assert chip.cores is not None and f"{chip.cores} cores" in chip.notes
         else:
             assert not any(cpu_aliases), chip.name
 
@@ -130,6 +131,10 @@ def _raw_chip(**changes: Any) -> dict[str, Any]:
         ([_raw_chip(category="fpga")], "chips[0].category"),
         ([_raw_chip(source="")], "chips[0].source"),
         ([_raw_chip(), _raw_chip(name="Other", aliases=["CHIP-1"])], ""),
+        # A CPU needs its cores (its roof is scaled to an allotment); nothing else has them.
+        ([_raw_chip(category="server_cpu")], "chips[0]"),
+        ([_raw_chip(cores=8)], "chips[0]"),
+        ([_raw_chip(category="server_cpu", cores=0)], "chips[0].cores"),
     ],
 )
 def test_invalid_tables_are_rejected(chips: list[dict[str, Any]], path: str) -> None:
@@ -188,6 +193,86 @@ def test_load_peak_table_from_a_file(tmp_path: Path) -> None:
 def test_find_chip(query: str, expected: str | None) -> None:
     chip = chip_table.find_chip(query)
     assert (chip.name if chip else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "chip", "how", "label"),
+    [
+        (H100, "NVIDIA H100 SXM5 80GB", "exact", "NVIDIA H100 SXM5 80GB"),
+        ("NVIDIA H100 SXM5 80GB", "NVIDIA H100 SXM5 80GB", "exact", "NVIDIA H100 SXM5 80GB"),
+        # The kind's name holds an alias and a clock: the same chip.
+        (
+            "cpu:Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz",
+            "Intel Xeon Platinum 8480+ (Sapphire Rapids)",
+            "contains",
+            "Intel Xeon Platinum 8480+ (Sapphire Rapids)",
+        ),
+        # Only a family (this VM's "cpu:AMD EPYC"), or a short name: a match, not the chip.
+        (
+            "cpu:AMD EPYC",
+            "AMD EPYC 9654 (Genoa)",
+            "partial",
+            "closest spec-sheet match: AMD EPYC 9654 (Genoa)",
+        ),
+        (
+            "h100 pcie",
+            "NVIDIA H100 PCIe 80GB",
+            "partial",
+            "closest spec-sheet match: NVIDIA H100 PCIe 80GB",
+        ),
+    ],
+)
+def test_match_chip_says_whether_it_is_the_chip(
+    query: str, chip: str, how: str, label: str
+) -> None:
+    found = chip_table.match_chip(query)
+    assert found is not None
+    assert (found.chip.name, found.how, found.label) == (chip, how, label)
+    assert found.identical == (how != "partial")
+    assert chip_table.find_chip(query) == found.chip
+    reference = chip_table.spec_reference(found.chip, found.how)
+    assert reference.startswith(label + " | ")
+
+
+def test_scaled_to_cores() -> None:
+    assert chip_table.scaled_to_cores(7.3728e12, 96, 2) == pytest.approx(153.6e9)
+    assert chip_table.scaled_to_cores(460.8e9, 96, 1.5) == pytest.approx(7.2e9)
+    assert chip_table.scaled_to_cores(1.0, 96, 192) == 2.0  # two sockets
+    for usable, chip in ((0, 96), (2, 0), (-1, 96)):
+        with pytest.raises(ValueError, match="core counts"):
+            chip_table.scaled_to_cores(1.0, chip, usable)
+
+
+def test_cpu_spec_roof_is_scaled_to_the_allotment_and_labelled() -> None:
+    kind = p.spec_peaks_for("cpu:AMD EPYC 9654 96-Core Processor", usable_cores=2)
+    assert kind is not None
+    assert (kind.spec_match, kind.chip_cores, kind.usable_cores) == ("exact", 96, 2)
+    assert kind.spec_scale == pytest.approx(2 / 96)
+    flops = kind.flops_per_s("float32", prefer="spec")
+    bw = kind.bytes_per_s(prefer="spec")
+    assert flops is not None and flops.value == pytest.approx(153.6e9)  # 2 x 2.4 GHz x 32
+    assert bw is not None and bw.value == pytest.approx(9.6e9)  # 460.8 GB/s x 2/96
+    assert kind.spec_flops_per_s["float32"] == 7.3728e12  # the chip's figure is kept
+    assert kind.spec_label == "AMD EPYC 9654 (Genoa) spec, scaled to 2 of 96 cores"
+    roof = p.peaks_of(kind, "float32", "spec")
+    assert roof is not None
+    assert (roof.flops_per_s, roof.bytes_per_s) == (flops.value, bw.value)
+    assert roof.source == (
+        "AMD EPYC 9654 (Genoa) spec, scaled to 2 of 96 cores: float32 peak and bandwidth"
+    )
+    row = next(r for r in kind.rows() if r["dtype"] == "float32")
+    assert row["spec"] == pytest.approx(153.6e9) and row["spec_chip"] == 7.3728e12
+    # A family name is the closest match; no allotment: the whole chip, and it says so.
+    family = p.spec_peaks_for("cpu:AMD EPYC")
+    assert family is not None and family.spec_scale == 1.0
+    assert family.spec_label == (
+        "closest spec-sheet match: AMD EPYC 9654 (Genoa), whole chip (96 cores; no allotment "
+        "recorded)"
+    )
+    # GPUs have no cores to scale by, whatever a caller passes.
+    gpu = p.spec_peaks_for(H100, usable_cores=2)
+    assert gpu is not None and gpu.spec_scale == 1.0 and gpu.usable_cores is None
+    assert gpu.spec_label == "NVIDIA H100 SXM5 80GB spec"
 
 
 def test_spec_peaks_for_uses_the_table() -> None:
@@ -473,6 +558,80 @@ def test_peaks_for_kind_falls_back_to_the_table(store: Store) -> None:
     assert from_table.spec_origin == "table"
     assert from_table.spec_flops_per_s["float16"] == 65.0e12
     assert peak_rows(store) == []  # reading stores nothing
+
+
+def cpu_measured(hostname: str, usable_cores: float, scale: float = 1.0) -> mp.MeasuredPeaks:
+    """CPU peaks measured on ``hostname`` by a process allotted ``usable_cores``."""
+    return mp.MeasuredPeaks(
+        kind_name="cpu:AMD EPYC",
+        device_type="cpu",
+        matmul={
+            "float32": mp.KernelTiming("matmul", "float32", 2048, int(1.2e11 * scale), 1, (1.0,))
+        },
+        copy=mp.KernelTiming("copy", None, 1 << 28, int(2.0e10 * scale), 1, (1.0,)),
+        provenance={
+            "host": hostname,
+            "device": {"device_id": "cpu"},
+            "cpu_allotment": {"usable_cores": usable_cores, "limited_by": "affinity"},
+        },
+    )
+
+
+def test_cpu_roof_is_scaled_to_the_measuring_hosts_allotment(store: Store) -> None:
+    with store.transaction() as session:
+        peaks = p.record_peaks(session, cpu_measured("vm-2", 2))
+        host = session.scalars(select(Host).where(Host.hostname == "vm-2")).one()
+        assert host.info["cpu_allotment"]["usable_cores"] == 2
+        kind = session.scalars(select(DeviceKind).where(DeviceKind.name == "cpu:AMD EPYC")).one()
+        assert kind.info["spec_chip"] == {
+            "name": "AMD EPYC 9654 (Genoa)",
+            "match": "partial",
+            "cores": 96,
+        }
+    assert peaks.spec_origin == "db"
+    assert peaks.spec_label == (
+        "closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores"
+    )
+    assert peaks.spec_reference is not None
+    assert peaks.spec_reference.startswith("closest spec-sheet match: AMD EPYC 9654 (Genoa) | ")
+    spec = p.peaks_of(peaks, "float32", "spec")
+    measured = p.peaks_of(peaks, "float32", "measured")
+    assert spec is not None and measured is not None
+    assert spec.flops_per_s == pytest.approx(153.6e9) and spec.bytes_per_s == pytest.approx(9.6e9)
+    assert (measured.flops_per_s, measured.bytes_per_s) == (1.2e11, 2.0e10)
+    row = next(r for r in peaks.rows() if r["dtype"] == "float32")
+    assert row["fraction_of_spec"] == pytest.approx(1.2e11 / 153.6e9)  # 78%, not 1.6%
+    # The measured rows are the host's: a second host keeps its own, and the roof is scaled to
+    # the largest allotment (like the measured peaks, the best of the kind).
+    with store.transaction() as session:
+        p.record_peaks(session, cpu_measured("vm-8", 8, scale=3.0))
+        p.record_peaks(session, cpu_measured("vm-2", 2))  # again: replaced, not added
+    assert len(peak_rows(store, "measured")) == 4
+    with store.transaction(read_only=True) as session:
+        peaks = p.peaks_for_kind(session, "cpu:AMD EPYC")
+    assert peaks.usable_cores_seen == (2.0, 8.0) and peaks.usable_cores == 8.0
+    spec = p.peaks_of(peaks, "float32", "spec")
+    assert spec is not None and spec.flops_per_s == pytest.approx(7.3728e12 * 8 / 96)
+
+
+def test_spec_rows_stored_before_the_chip_was_recorded_are_still_scaled(store: Store) -> None:
+    chip = chip_table.find_chip("cpu:AMD EPYC 9654 96-Core Processor")
+    assert chip is not None
+    with store.transaction() as session:
+        p.store_spec_peaks(session, chip, "cpu:AMD EPYC 9654 96-Core Processor")
+        kind = session.scalars(select(DeviceKind)).one()
+        kind.info = {}  # as an older version stored them
+        session.add(Host(hostname="h", device_id="cpu", device_kind_id=kind.id))
+        session.flush()
+        session.scalars(select(Host)).one().info = {"cpu_allotment": {"usable_cores": 4}}
+    with store.transaction(read_only=True) as session:
+        peaks = p.peaks_for_kind(session, "cpu:AMD EPYC 9654 96-Core Processor")
+    assert (peaks.spec_chip, peaks.spec_match, peaks.usable_cores) == (
+        "AMD EPYC 9654 (Genoa)",
+        "exact",
+        4.0,
+    )
+    assert peaks.spec_label == "AMD EPYC 9654 (Genoa) spec, scaled to 4 of 96 cores"
 
 
 def test_record_peaks_stores_measured_and_spec_once(store: Store) -> None:

@@ -17,6 +17,7 @@ from operator_db.db import queries
 from operator_db.db.engine import safe_url
 from operator_db.errors import OperatorDBError
 from operator_db.estimate import studies
+from operator_db.estimate.chip_roofline import describe_roof, device_roofs, plot_chip_rooflines
 from operator_db.estimate.report.document import (
     Columns,
     Document,
@@ -58,6 +59,7 @@ PLOT_FILES = (
     "latency_vs_params.png",
     "spearman.png",
     "forward_backward.png",
+    "chips_roofline.png",
 )
 """Every plot a report may write; stale ones from an earlier report in the folder are removed."""
 
@@ -302,6 +304,31 @@ def _fb_section(doc: Document, fb: studies.ForwardBackwardStudy, out: Path) -> N
     doc.table(display(configs.head(CONFIG_ROWS), FB_CONFIG_DISPLAY))
 
 
+def _chips_section(
+    doc: Document, session: Session, out: Path, device_kinds: list[str] | None
+) -> None:
+    doc.heading("Chips")
+    devices = device_roofs(session, "float32", device_kinds)
+    plot_chip_rooflines(out / "chips_roofline.png", devices=devices)
+    doc.para(
+        "The float32 roofs of every chip of the spec-sheet table (`peaks.yaml`; a chip without a "
+        "float32 figure is drawn at the dtype in brackets), with the measured roof (solid) and "
+        "the spec roof (dashed) of each device kind here that `opdb peaks` measured. A CPU's "
+        "spec roof is scaled to the cores its measuring host's process may use; a kind whose "
+        "name only partly matches a chip is drawn as the closest spec-sheet match. "
+        "docs/peaks.md explains both."
+    )
+    doc.image("chips_roofline.png", "Roofline of the chips of the spec-sheet table")
+    doc.bullets(
+        [
+            f"{d.kind_name}: measured {describe_roof(d.measured)}; spec ({d.spec_label}) "
+            f"{describe_roof(d.spec)}"
+            for d in devices
+        ]
+        or ["No device kind here has measured peaks: run `opdb peaks` on a host to add its roof."]
+    )
+
+
 def build_report(
     session: Session,
     out_dir: Path,
@@ -364,6 +391,7 @@ def build_report(
     _complexity_section(doc, points, out_dir)
     _correlation_section(doc, corr, out_dir)
     _fb_section(doc, fb, out_dir)
+    _chips_section(doc, session, out_dir, device_kinds)
 
     table.to_csv(out_dir / "models.csv", index=False)
     batch.to_csv(out_dir / "batch.csv", index=False)
