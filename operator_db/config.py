@@ -41,6 +41,11 @@ class MeasureSettings(BaseModel):
         "burst of machine noise cannot decide its median.",
     )
     max_blocks: int = Field(default=200, ge=3, description="Upper bound on timed blocks.")
+    hollow_run: bool = Field(
+        default=True,
+        description="Time a full-model job's hollow run too (the time between operators an "
+        "estimate adds); `opdb study` without --operators turns it off: no estimate uses it.",
+    )
     operator_min_time_s: float | None = Field(
         default=None,
         ge=0,

@@ -218,12 +218,14 @@ def measure(
     settings: Settings,
     outcomes: Sequence[ItemOutcome],
     *,
+    operators: bool = False,
     on_event: Callable[[WorkerEvent], None] | None = None,
 ) -> WorkerStats:
     """Run a worker on the device until the study's jobs are done; set each outcome's status.
 
     The worker takes only the study's models' jobs (their runs and configurations), never other
-    jobs queued for the kind.
+    jobs queued for the kind. Without ``operators`` it skips the hollow runs (the time between
+    operators, which only an estimate uses).
     """
     from operator_db.worker.daemon import Worker, WorkerOptions
 
@@ -232,7 +234,9 @@ def measure(
             queries.get_model(session, o.item.name).id for o in outcomes if o.status != "failed"
         )
     options = WorkerOptions(until_idle=True, poll_s=0.5, model_ids=ids)
-    worker = Worker(store, device, settings.measure, options, on_event=on_event)
+    # Without the operators no estimate is composed: its hollow run would only cost time.
+    measuring = settings.measure.model_copy(update={"hollow_run": operators})
+    worker = Worker(store, device, measuring, options, on_event=on_event)
     stats = worker.run()
     with store.transaction(read_only=True) as session:
         kind = queries.get_device_kind(session, device.identity().name)
@@ -269,5 +273,5 @@ def run_study(
     outcomes = prepare(
         store, items, kind, out_dir / "specs", settings, operators=operators, on_item=on_item
     )
-    stats = measure(store, device, settings, outcomes, on_event=on_event)
+    stats = measure(store, device, settings, outcomes, operators=operators, on_event=on_event)
     return StudyResult(kind, outcomes, stats, time.perf_counter() - start)

@@ -278,7 +278,7 @@ def execute_job(
             min_time_s=settings.model_min_time_s,
         )
         hollow = None
-        if prepared.hollow is not None:
+        if prepared.hollow is not None and settings.hollow_run:
             hollow = measure(prepared.hollow, device, settings.model_copy(update={"energy": False}))
     return [*_model_rows(job, model_id, model_dtype, result, hollow, prepared)]
 
