@@ -249,3 +249,6 @@ def test_cli(db_url: str, tmp_path: Path) -> None:
     assert f"<li>{CPU} (cpu): 0 models measured</li>" in (out / "report.html").read_text()
     result = CliRunner().invoke(app, [*args[:-3], "NVIDIA Nope", "--db", db_url])
     assert isinstance(result.exception, NotFoundError)
+    result = CliRunner().invoke(app, [*args, "--model", "nope"])
+    assert isinstance(result.exception, NotFoundError)
+    assert str(result.exception) == "no model named 'nope' in the database"

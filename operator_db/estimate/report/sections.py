@@ -346,7 +346,8 @@ def roofline_section(
                 "`opdb peaks` on such a host, or store its spec peaks (`opdb peaks --list`)."
             )
         doc.image(name, f"Achieved performance on the roofline of {kind_name}")
-        table = achieved_table(group.sort_values(["model"]), best_peaks(known, dtype))
+        ordered = group.sort_values(["family_name", "mode", "batch_size", "model"])
+        table = achieved_table(ordered, best_peaks(known, dtype))
         doc.table(display(table, ACHIEVED_DISPLAY))
 
 

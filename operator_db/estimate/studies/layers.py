@@ -24,6 +24,7 @@ Layer types under ``OTHER_BELOW`` of every pie of their family are merged into `
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -297,15 +298,16 @@ def layer_study(
     *,
     device_kinds: Sequence[str] | None = None,
     models: Sequence[str] | None = None,
-    dtype: str = "float32",
+    dtype: str | None = None,
 ) -> LayerStudy:
     """Return the per-layer-type shares of every base family of ``models`` (default: all).
 
     One batch size per family: the largest that has a training spec (with its inference twin if
     there is one), else the largest. One device kind for every latency pie: of ``device_kinds``
     (default: all), the one with the most per-operator results of these models, then the most
-    full-model runs; its best peaks for ``dtype`` (:func:`~operator_db.estimate.peaks.best_peaks`)
-    give the roofline-bound shares. See the module docstring for the sources and units.
+    full-model runs; its best peaks for ``dtype`` (default: the studied models' most common dtype;
+    :func:`~operator_db.estimate.peaks.best_peaks`) give the roofline-bound shares. See the
+    module docstring for the sources and units.
 
     Raises:
         NotFoundError: a named device kind or model does not exist.
@@ -336,6 +338,7 @@ def layer_study(
         picked[name] = (size or None, inf, train)
     studied = [m for _, inf, train in picked.values() for m in (inf, train) if m is not None]
     kind = _pick_kind(session, kinds, studied)
+    dtype = dtype or Counter(m.dtype for m in studied).most_common(1)[0][0]
     peaks = None if kind is None else best_peaks(kind_peaks(session, kind, kind.name), dtype)
     costs_frame = layer_costs(session, studied, kind)
     kind_name = None if kind is None else kind.name
