@@ -47,6 +47,7 @@ def test_op_type_names() -> None:
     assert studies.op_type("torch.nn.Conv2d") == "Conv2d"
     assert studies.op_type("torch.nn.functional.softmax") == "F.softmax"
     assert studies.op_type("torch.add") == "torch.add"
+    assert studies.op_type("torch.Tensor.add_") == "Tensor.add_"
 
 
 # --- the complexity table and the run matrix --------------------------------------------------

@@ -93,7 +93,7 @@ PIE_TITLES = {"latency": "latency", "flops": "FLOPs", "memory": "memory traffic"
 
 
 def plot_layer_pies(shares: pd.DataFrame, title: str, path: Path) -> None:
-    """Draw one family's pies: forward and backward (rows) × latency, FLOPs, memory (columns).
+    """Draw one family's pies: forward and backward (rows, those present) × latency, FLOPs, memory.
 
     ``shares`` are the family's rows of :attr:`~operator_db.estimate.studies.LayerStudy.shares`;
     each pie's title names its source. A layer type keeps one colour across the six pies.
@@ -104,11 +104,12 @@ def plot_layer_pies(shares: pd.DataFrame, title: str, path: Path) -> None:
         types.append("other")
     hues = palette(len(types))
     colors = {t: ("#bbbbbb" if t == "other" else hues[i]) for i, t in enumerate(types)}
-    fig = new_figure(12.5, 7.6)
+    passes = [p for p in ("forward", "backward") if (shares["pass"] == p).any()]
+    fig = new_figure(12.5, 3.9 * len(passes) + 0.4)
     wedges: dict[str, Any] = {}
-    for i, pass_ in enumerate(("forward", "backward")):
+    for i, pass_ in enumerate(passes):
         for j, quantity in enumerate(("latency", "flops", "memory")):
-            ax = fig.add_subplot(2, 3, 3 * i + j + 1)
+            ax = fig.add_subplot(len(passes), 3, 3 * i + j + 1)
             pie = shares[(shares["pass"] == pass_) & (shares["quantity"] == quantity)]
             if pie.empty:
                 ax.text(0.5, 0.5, f"no {pass_} {PIE_TITLES[quantity]}", ha="center", va="center")
@@ -138,5 +139,7 @@ def plot_layer_pies(shares: pd.DataFrame, title: str, path: Path) -> None:
         title="layer type",
         title_fontsize=8,
     )
+    if "backward" not in passes:
+        title += "\nno training spec at this batch size: no backward pies"
     fig.suptitle(title, fontsize=10)
     plots.save_png(fig, path)

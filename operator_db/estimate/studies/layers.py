@@ -90,9 +90,11 @@ OTHER = "other"
 
 
 def op_type(op: str) -> str:
-    """Return a short name of a layer type: ``Conv2d``, ``F.softmax``, ``torch.add``."""
+    """Return a layer type's short name: ``Conv2d``, ``F.softmax``, ``Tensor.add``."""
     if op.startswith("torch.nn.functional."):
         return "F." + op.removeprefix("torch.nn.functional.")
+    if op.startswith("torch.Tensor."):
+        return op.removeprefix("torch.")
     return op.removeprefix("torch.nn.")
 
 
