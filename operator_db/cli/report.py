@@ -1,4 +1,4 @@
-"""``opdb report``: the batch, complexity, correlation and backward studies as one report."""
+"""``opdb report``: the studies of the models measured, as one report with plots and tables."""
 
 from __future__ import annotations
 
@@ -29,9 +29,13 @@ def report(
         list[str] | None,
         typer.Option("--device-kind", help="Study only this device kind (repeatable)."),
     ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", help="Report only this model (repeatable; default: all)."),
+    ] = None,
     db: DatabaseOption = None,
 ) -> None:
-    """Write the batch-size, FLOPs/params, rank-correlation and backward studies with plots."""
+    """Write the study report: runs, complexity, batch, correlation, roofline, backward, layers."""
     from operator_db.estimate.report import build_report
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
@@ -40,6 +44,7 @@ def report(
             out,
             fmt="html" if fmt is ReportFormatChoice.html else "md",
             device_kinds=device_kind or None,
+            models=model or None,
             source=store.display_url,
         )
     console.print(f"wrote {path}")

@@ -127,7 +127,9 @@ def study(
                 names = [o.item.name for o in result.outcomes if o.status != "failed"]
         with store.transaction(read_only=True) as session:
             for fmt in ("md", "html"):
-                path = build_report(session, out / "report", fmt=fmt, source=store.display_url)
+                path = build_report(
+                    session, out / "report", fmt=fmt, models=names, source=store.display_url
+                )
                 console.print(f"wrote {path}")
 
 

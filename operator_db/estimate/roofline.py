@@ -198,9 +198,23 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
     return pd.DataFrame.from_records(rows, columns=ROOFLINE_COLUMNS)
 
 
-def _roof(ax: Any, peaks: Peaks, xs: Sequence[float], **style: Any) -> None:
+def roof_intensities(lo: float, hi: float, points: int = 201) -> list[float]:
+    """Return ``points`` intensities (FLOP/byte) evenly spaced on a log axis, ``lo`` to ``hi``."""
+    return [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+
+
+def draw_roof(ax: Any, peaks: Peaks, xs: Sequence[float], **style: Any) -> None:
+    """Draw the roof min(peak, intensity × bandwidth) of ``peaks`` over intensities ``xs``."""
     ys = [peaks.attainable_flops_per_s(x) for x in xs]
     ax.plot(xs, ys, **style)
+
+
+def draw_roofs(ax: Any, xs: Sequence[float], *, spec: Peaks | None, measured: Peaks | None) -> None:
+    """Draw a kind's spec roof (solid) and measured roof (dashed), each labelled by its source."""
+    if spec is not None:
+        draw_roof(ax, spec, xs, color="black", lw=2, label=f"roof, {spec.source}")
+    if measured is not None:
+        draw_roof(ax, measured, xs, color="black", lw=2, ls="--", label=f"roof, {measured.source}")
 
 
 def plot_roofline(
@@ -246,25 +260,14 @@ def plot_roofline(
         overlay.append(chip)
     lo = max(min(points["intensity"].min() / 4, 0.01), 1e-3)
     hi = max(points["intensity"].max() * 4, 1e3)
-    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    xs = roof_intensities(lo, hi)
     fig, ax = plt.subplots(figsize=(10, 6.5), dpi=120)
-    if spec is not None:
-        _roof(ax, spec, xs, color="black", lw=2, label=f"roof, {spec.source}")
-    if measured is not None:
-        _roof(
-            ax,
-            measured,
-            xs,
-            color="black",
-            lw=2,
-            ls="--",
-            label=f"roof, {measured.source}",
-        )
+    draw_roofs(ax, xs, spec=spec, measured=measured)
     for chip in overlay:
         by_dtype: dict[str, float] = {str(k): v for k, v in chip.peak_flops_per_s.items()}
         flops = by_dtype.get(dtype) or max(by_dtype.values())
         peaks = Peaks(flops, chip.memory_bandwidth_bytes_per_s, chip.name)
-        _roof(ax, peaks, xs, lw=1, alpha=0.6, label=f"{chip.name} ({dtype} spec)")
+        draw_roof(ax, peaks, xs, lw=1, alpha=0.6, label=f"{chip.name} ({dtype} spec)")
     by_share = points.groupby("op")["time_share"].sum().sort_values(ascending=False)
     top = list(by_share.index[:8])
     cmap = plt.get_cmap("tab10")

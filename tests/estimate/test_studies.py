@@ -158,6 +158,31 @@ def test_spearman_matrix_agrees_with_pandas() -> None:
     pd.testing.assert_frame_equal(rho, expected, check_exact=False, atol=1e-12)
 
 
+def test_spearman_matrix_agrees_with_scipy() -> None:
+    """Fixed data with ties and missing values: each pair against scipy on its complete rows."""
+    stats = pytest.importorskip("scipy.stats")
+    nan = math.nan
+    frame = pd.DataFrame(
+        {
+            "cpu": [3.1, 1.2, 2.2, 2.2, 9.0, 4.4, nan, 0.7, 5.5, 5.5, 8.1, 1.2],
+            "gpu": [0.4, 0.1, nan, 0.3, 1.9, 0.6, 0.8, 0.05, 0.7, 0.9, nan, 0.1],
+            "flops": [4e9, 1e9, 2e9, 2e9, 2e10, 4e9, 8e9, 5e8, 1e10, 1e10, 1.6e10, 1e9],
+            "params": [25e6, 11e6, 5e6, 5e6, 86e6, 25e6, 60e6, 3e6, 22e6, 22e6, 7e6, nan],
+        }
+    )
+    rho, pairs = studies.spearman_matrix(frame)
+    for a in frame.columns:
+        for b in frame.columns:
+            both = frame[[a, b]].dropna() if a != b else frame[[a]].dropna()
+            assert pairs.loc[a, b] == len(both)
+            expected = 1.0 if a == b else float(stats.spearmanr(both[a], both[b]).statistic)
+            assert rho.loc[a, b] == pytest.approx(expected, abs=1e-12), (a, b)
+    # Ties are average ranks in both: cpu has two ties, flops and params three each.
+    assert rho.loc["cpu", "flops"] == pytest.approx(
+        float(stats.spearmanr(*frame[["cpu", "flops"]].dropna().T.to_numpy()).statistic)
+    )
+
+
 # --- studies on the database ------------------------------------------------------------------
 
 

@@ -37,11 +37,13 @@ from operator_db.db.queries.peaks import PeakFigure, has_spec_peaks, peak_rows, 
 from operator_db.db.queries.results import (
     Aggregate,
     Figure,
+    JobState,
     config_figures,
     has_model_run,
     measured_config_ids,
     model_config_figures,
     model_figures,
+    model_job_states,
 )
 from operator_db.db.queries.tables import TABLES, row_counts
 
@@ -50,6 +52,7 @@ __all__ = [
     "Aggregate",
     "ConfigCost",
     "Figure",
+    "JobState",
     "ModelConfig",
     "ModelOperatorRow",
     "ModelSummary",
@@ -79,6 +82,7 @@ __all__ = [
     "model_config_figures",
     "model_count",
     "model_figures",
+    "model_job_states",
     "model_operators",
     "model_summaries",
     "models_configs",

@@ -100,15 +100,34 @@ def get_model(session: Session, name: str) -> Model:
 
 
 def list_models(
-    session: Session, *, ids: Sequence[int] | None = None, mode: str | None = None
+    session: Session,
+    *,
+    ids: Sequence[int] | None = None,
+    names: Sequence[str] | None = None,
+    mode: str | None = None,
 ) -> list[Model]:
-    """Return the models (those with ``ids``, or of ``mode``, or all), by name."""
+    """Return the models (those with ``ids``, those named ``names``, of ``mode``, or all), by name.
+
+    Raises:
+        NotFoundError: a name in ``names`` is not a stored model (of ``mode``, if given).
+    """
     query = select(Model).order_by(Model.name)
     if ids is not None:
         query = query.where(Model.id.in_(list(ids)))
     if mode is not None:
         query = query.where(Model.mode == mode)
-    return list(session.scalars(query))
+    if names is None:
+        return list(session.scalars(query))
+    wanted = sorted(set(names))
+    found: list[Model] = []
+    for start in range(0, len(wanted), _CHUNK):
+        found.extend(session.scalars(query.where(Model.name.in_(wanted[start : start + _CHUNK]))))
+    missing = sorted(set(wanted) - {m.name for m in found})
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise NotFoundError(f"no model named {shown}{more} in the database")
+    return sorted(found, key=lambda m: m.name)
 
 
 def model_count(session: Session, *, mode: str | None = None, search: str | None = None) -> int:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from sqlalchemy import Float, Integer, Select, String, and_, bindparam, cast, func, null, select
 from sqlalchemy.orm import Session
 
-from operator_db.db.models import FullModelRun, Measurement, ModelOperator
+from operator_db.db.models import FullModelRun, Job, Measurement, ModelOperator
 
 Aggregate = Literal["latest", "median"]
 """How several results of one target become one figure: the newest, or the median of all."""
@@ -289,3 +289,36 @@ def has_model_run(session: Session, model_id: int, kind_id: int) -> bool:
         .limit(1)
     )
     return found is not None
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What became of the newest whole-model job of a model on a device kind."""
+
+    status: str
+    """``queued``, ``running``, ``done``, ``failed`` or ``cancelled`` (``db.models.JobStatus``)."""
+    last_error: str | None
+    """The job's last error, where it failed."""
+
+
+def model_job_states(
+    session: Session, model_ids: Sequence[int], kind_ids: Sequence[int]
+) -> dict[tuple[int, int], JobState]:
+    """Return the state of the newest whole-model job per (model id, kind id), where one exists."""
+    if not model_ids or not kind_ids:
+        return {}
+    ids = sorted(set(model_ids))
+    out: dict[tuple[int, int], JobState] = {}
+    for start in range(0, len(ids), _CHUNK):
+        rows = session.execute(
+            select(Job.model_id, Job.device_kind_id, Job.status, Job.last_error)
+            .where(
+                Job.model_id.in_(ids[start : start + _CHUNK]),
+                Job.device_kind_id.in_(list(kind_ids)),
+            )
+            .order_by(Job.id)
+        )
+        for model_id, kind_id, status, error in rows:  # newer ids overwrite older ones
+            if model_id is not None:
+                out[(int(model_id), int(kind_id))] = JobState(str(status), error)
+    return out

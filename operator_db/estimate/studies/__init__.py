@@ -1,4 +1,4 @@
-"""Studies over whatever the database holds: batch size, complexity, rank correlation, backward.
+"""Studies over whatever the database holds: runs, batch size, complexity, correlation, layers.
 
 Every function takes ``session``, only reads, and returns pandas DataFrames (or a small dataclass
 of them). Units are in the column names: ``_s`` seconds, ``_j`` joules, ``_per_s`` per second,
@@ -13,9 +13,12 @@ that was not measured is NaN, and the notes of each study say what was left out 
 from operator_db.estimate.studies.backward import (
     FB_CONFIG_COLUMNS,
     FB_MODEL_COLUMNS,
+    RUN_FB_COLUMNS,
     ForwardBackwardStudy,
+    RunForwardBackward,
     forward_backward,
     inference_twins,
+    run_forward_backward,
 )
 from operator_db.estimate.studies.correlation import (
     CORRELATION_COLUMNS,
@@ -24,6 +27,22 @@ from operator_db.estimate.studies.correlation import (
     correlation_study,
     spearman,
     spearman_matrix,
+)
+from operator_db.estimate.studies.layers import (
+    MEASURED_MIN_COVERAGE,
+    OTHER_BELOW,
+    SHARE_COLUMNS,
+    LayerStudy,
+    layer_costs,
+    layer_study,
+    op_type,
+)
+from operator_db.estimate.studies.matrix import (
+    COMPLEXITY_TABLE_COLUMNS,
+    RUN_COLUMNS,
+    RUN_STATUSES,
+    complexity_table,
+    run_matrix,
 )
 from operator_db.estimate.studies.models import (
     BATCH_COLUMNS,
@@ -40,22 +59,37 @@ from operator_db.estimate.studies.models import (
 __all__ = [
     "BATCH_COLUMNS",
     "COMPLEXITY_COLUMNS",
+    "COMPLEXITY_TABLE_COLUMNS",
     "CORRELATION_COLUMNS",
     "FB_CONFIG_COLUMNS",
     "FB_MODEL_COLUMNS",
+    "MEASURED_MIN_COVERAGE",
     "MIN_PAIRS",
     "MODEL_COLUMNS",
+    "OTHER_BELOW",
+    "RUN_COLUMNS",
+    "RUN_FB_COLUMNS",
+    "RUN_STATUSES",
+    "SHARE_COLUMNS",
     "CorrelationStudy",
     "ForwardBackwardStudy",
+    "LayerStudy",
+    "RunForwardBackward",
     "batch_study",
+    "complexity_table",
     "correlation_study",
     "family_label",
     "family_names",
     "forward_backward",
     "inference_twins",
     "latency_vs_complexity",
+    "layer_costs",
+    "layer_study",
     "model_table",
+    "op_type",
     "reference_text",
+    "run_forward_backward",
+    "run_matrix",
     "spearman",
     "spearman_matrix",
 ]

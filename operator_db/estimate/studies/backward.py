@@ -17,7 +17,13 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.models import OperatorConfig
-from operator_db.estimate.studies.models import kinds_by_id, latest_eager_times, safe_ratio
+from operator_db.estimate.studies.models import (
+    family_names,
+    kinds_by_id,
+    latest_eager_times,
+    safe_ratio,
+    study_models,
+)
 from operator_db.specs.keys import operator_key
 
 FB_CONFIG_COLUMNS = [
@@ -55,6 +61,22 @@ FB_MODEL_COLUMNS = [
 ]
 """Columns of :attr:`ForwardBackwardStudy.models`."""
 
+RUN_FB_COLUMNS = [
+    "family_name",
+    "batch_size",
+    "device_kind",
+    "training_model",
+    "inference_model",
+    "latency_training_s",
+    "latency_forward_s",
+    "time_backward_s",
+    "time_ratio",
+    "flops_forward",
+    "flops_backward",
+    "flops_ratio",
+]
+"""Columns of :attr:`RunForwardBackward.pairs`."""
+
 
 @dataclass
 class ForwardBackwardStudy:
@@ -86,7 +108,10 @@ def inference_twins(session: Session, configs: Sequence[OperatorConfig]) -> dict
 
 
 def forward_backward(
-    session: Session, *, device_kinds: Sequence[str] | None = None
+    session: Session,
+    *,
+    device_kinds: Sequence[str] | None = None,
+    models: Sequence[str] | None = None,
 ) -> ForwardBackwardStudy:
     """Return backward:forward ratios of FLOPs and time for every training model.
 
@@ -102,13 +127,14 @@ def forward_backward(
     measured``, ``forward not measured``, or ``not measured``. Per model (``models``), FLOPs sum
     count × per-call over the configurations with both FLOP counts and times over those with both
     times on that kind; ``flops_coverage`` and ``time_coverage`` are the count-weighted shares of
-    the model's measurable calls that entered each sum.
+    the model's measurable calls that entered each sum. ``models`` restricts the study to those
+    of the named models that are training specs (default: all).
 
     Raises:
-        NotFoundError: a named device kind does not exist.
+        NotFoundError: a named device kind or model does not exist.
     """
     kinds = kinds_by_id(session, device_kinds)
-    training = queries.list_models(session, mode="training")
+    training = study_models(session, models, mode="training")
     configs_of = queries.models_configs(session, [m.id for m in training])
     links = [
         (model.name, mc.count, mc.position, mc.config)
@@ -249,3 +275,75 @@ def _fb_models(links: Sequence[Any], rows: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame.from_records(records, columns=FB_MODEL_COLUMNS)
+
+
+@dataclass
+class RunForwardBackward:
+    """Backward against forward from whole-model runs: training specs and their inference twins."""
+
+    pairs: pd.DataFrame
+    """One row per (training model, device kind) with a twin measured there; ``RUN_FB_COLUMNS``."""
+    notes: list[str] = field(default_factory=list)
+
+
+def run_forward_backward(table: pd.DataFrame) -> RunForwardBackward:
+    """Pair each measured training spec with its inference twin's run on the same device kind.
+
+    ``table`` is a :func:`~operator_db.estimate.studies.model_table`. The twin is the inference
+    spec of the same base family (reference, overrides, dtype and inputs; see
+    ``family_label(with_mode=False)``) and batch size. A training run times one step (forward,
+    backward and the optimizer step), so ``time_backward_s = latency_training_s −
+    latency_forward_s`` (s; it holds the optimizer step too, and the twin runs in eval mode
+    without autograd) and ``time_ratio = time_backward_s / latency_forward_s``. FLOPs come from
+    the training spec: ``flops_ratio = flops_backward / flops_forward``. Notes say which training
+    runs found no twin.
+    """
+    notes: list[str] = []
+    training = table[table["mode"] == "training"]
+    if training.empty:
+        notes.append(
+            "no training spec has a full-model run: harvest `<model>-train-b<N>` specs "
+            "(`--mode training`) and measure them to fill this section"
+        )
+        return RunForwardBackward(pd.DataFrame(columns=RUN_FB_COLUMNS), notes)
+    inference = table[table["mode"] == "inference"]
+    twins = {
+        (row.base_family, row.batch_size, row.device_kind): row
+        for row in inference.itertuples(index=False)
+    }
+    names = family_names(table, column="base_family", strip_mode=True)
+    records = []
+    lonely: list[str] = []
+    for row in training.itertuples(index=False):
+        twin = twins.get((row.base_family, row.batch_size, row.device_kind))
+        if twin is None:
+            lonely.append(f"{row.model} on {row.device_kind}")
+            continue
+        backward = float(row.latency_s) - float(twin.latency_s)
+        flops_bwd = float(row.flops_backward)
+        records.append(
+            {
+                "family_name": names[str(row.base_family)],
+                "batch_size": row.batch_size,
+                "device_kind": row.device_kind,
+                "training_model": row.model,
+                "inference_model": twin.model,
+                "latency_training_s": float(row.latency_s),
+                "latency_forward_s": float(twin.latency_s),
+                "time_backward_s": backward,
+                "time_ratio": safe_ratio(backward, float(twin.latency_s)),
+                "flops_forward": float(row.flops),
+                "flops_backward": flops_bwd,
+                "flops_ratio": safe_ratio(flops_bwd, float(row.flops)),
+            }
+        )
+    if lonely:
+        notes.append(
+            "training runs without a measured inference twin (same family and batch size, on "
+            "the same device kind): " + ", ".join(sorted(lonely))
+        )
+    pairs = pd.DataFrame.from_records(records, columns=RUN_FB_COLUMNS)
+    if pairs.empty:
+        notes.append("no training run has its inference twin measured on the same device kind")
+    pairs = pairs.sort_values(["family_name", "batch_size", "device_kind"], ignore_index=True)
+    return RunForwardBackward(pairs, notes)
