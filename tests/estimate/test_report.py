@@ -153,6 +153,7 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
         "Forward and backward from whole-model runs",
         "Forward and backward per configuration (training specs)",
         "Layer types: shares of latency, FLOPs and memory",
+        "Chips",
     ]
     # The run matrix: one table per kind, rows family and mode, columns batch sizes.
     assert f"**{STUDY_CPU}**\n\n| family | mode | b1 | b8 | b32 |" in text
