@@ -5,6 +5,7 @@ The counters come from ``opdb ncu import`` (:mod:`operator_db.estimate.ncu`, doc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
 from operator_db.db import queries
@@ -105,3 +106,68 @@ def roofline_work(
         float(measured_bytes) if measured_bytes is not None else nbytes,
         source,
     )
+
+
+COUNTER_SUMMARY_COLUMNS = [
+    "model",
+    "device_kind",
+    "counted",
+    "configs",
+    "spec_flops",
+    "ncu_flops",
+    "tensor_configs",
+    "spec_bytes",
+    "dram_bytes",
+]
+
+
+def _weighted(table: pd.DataFrame, column: str) -> float | None:
+    """Σ count × ``column`` over the rows, None where any value is unknown."""
+    values = table[column]
+    if values.isna().any():
+        return None
+    return float((table["count"] * values).sum())
+
+
+def counters_study(
+    session: Session, pairs: Iterable[tuple[str, str]]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Return, for each (model, kind) with counters, a summary row; and every counted row.
+
+    Summary: configurations counted of the measurable ones, and over the counted ones Σ count ×
+    the spec's FLOPs and bytes against Σ count × the measured FP FLOPs and DRAM bytes (per
+    forward or step), with how many ran on the tensor pipe (whose FLOPs ncu's FP counters miss).
+    Rows: :func:`counters_table`'s with the model and kind.
+    """
+    import pandas as pd
+
+    summaries = []
+    tables = []
+    for model, kind in pairs:
+        table = counters_table(session, model, kind)
+        if table.empty:
+            continue
+        found = queries.get_model(session, model)
+        measurable = [
+            c for c in queries.model_config_costs(session, found.id) if c.form != "opaque"
+        ]
+        summaries.append(
+            {
+                "model": model,
+                "device_kind": kind,
+                "counted": len(table),
+                "configs": len(measurable),
+                "spec_flops": _weighted(table, "spec_flops"),
+                "ncu_flops": _weighted(table, "ncu_flops"),
+                "tensor_configs": int((table["tensor_instructions"].fillna(1) > 0).sum()),
+                "spec_bytes": _weighted(table, "spec_bytes"),
+                "dram_bytes": _weighted(table, "dram_bytes"),
+            }
+        )
+        tables.append(table.assign(model=model, device_kind=kind))
+    rows = (
+        pd.concat(tables, ignore_index=True)
+        if tables
+        else pd.DataFrame(columns=[*COUNTER_COLUMNS, "model", "device_kind"])
+    )
+    return pd.DataFrame.from_records(summaries, columns=COUNTER_SUMMARY_COLUMNS), rows

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
@@ -304,3 +305,23 @@ def test_tensor_work_keeps_the_spec_flops() -> None:
     assert roofline_work(500.0, 40.0, figures(None)) == (500.0, 30.0, "ncu bytes")
     no_bytes = queries.CounterFigures(1, 1e-6, None, 20, 100, 0, 0, 0)
     assert roofline_work(500.0, 40.0, no_bytes) == (100.0, 40.0, "ncu FLOPs")
+
+
+def test_the_report_says_which_work_is_measured(store: Store, tmp_path: Path) -> None:
+    from operator_db.estimate.report import build_report
+
+    setup(store)
+    with store.transaction(read_only=True) as session:
+        text = build_report(session, tmp_path / "before").read_text()
+    assert "No configuration of the measured models has hardware counters" in text
+    assert (tmp_path / "before" / "ncu_counters.csv").read_text().startswith("key,op,")
+    with store.transaction() as session:
+        import_counters(session, TEXT.replace(GPU, KIND), "ncu_raw.csv")
+    with store.transaction(read_only=True) as session:
+        text = build_report(session, tmp_path / "after").read_text()
+    # Linear once, ReLU twice: spec 4096 + 2 × 128 FLOPs, 2944 + 2 × 1024 B; ncu 4352 + 0 FLOPs,
+    # 4390 + 2 × 1024 B.
+    assert f"| toy | {KIND} | 2 | 2 | 4.352e-06 | 4.352e-06 | 0 | 0.004992 | 0.006438 |" in text
+    rows = pd.read_csv(tmp_path / "after" / "ncu_counters.csv")
+    assert list(rows["op"]) == ["torch.nn.Linear", "torch.nn.ReLU"]
+    assert set(rows["model"]) == {"toy"}

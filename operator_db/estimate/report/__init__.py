@@ -17,6 +17,7 @@ from operator_db.db import queries
 from operator_db.db.engine import safe_url
 from operator_db.errors import OperatorDBError
 from operator_db.estimate import studies
+from operator_db.estimate.counters import counters_study
 from operator_db.estimate.report.document import (
     Columns,
     Document,
@@ -68,6 +69,7 @@ TABLE_FILES = (
     "correlation_matrix.csv",
     "forward_backward_models.csv",
     "forward_backward_configs.csv",
+    "ncu_counters.csv",
 )
 """Every table a report writes in full."""
 
@@ -137,6 +139,19 @@ FB_CONFIG_DISPLAY: Columns = [
     ("time_training_s", "fwd+bwd (µs)", num(1e6)),
     ("time_ratio", "time bwd:fwd", fixed(2)),
     ("status", "status", text),
+]
+
+
+COUNTERS_DISPLAY: Columns = [
+    ("model", "model", text),
+    ("device_kind", "device kind", text),
+    ("counted", "configurations counted", integer),
+    ("configs", "of", integer),
+    ("spec_flops", "spec GFLOPs", num(1e-9)),
+    ("ncu_flops", "ncu FP GFLOPs", num(1e-9)),
+    ("tensor_configs", "on tensor cores", integer),
+    ("spec_bytes", "spec MB", num(1e-6)),
+    ("dram_bytes", "ncu DRAM MB", num(1e-6)),
 ]
 
 
@@ -302,6 +317,25 @@ def _fb_section(doc: Document, fb: studies.ForwardBackwardStudy, out: Path) -> N
     doc.table(display(configs.head(CONFIG_ROWS), FB_CONFIG_DISPLAY))
 
 
+def _counters_section(doc: Document, summary: pd.DataFrame) -> None:
+    doc.heading("Measured FLOPs and bytes (Nsight Compute)")
+    if summary.empty:
+        doc.para(
+            "No configuration of the measured models has hardware counters: the roofline uses "
+            "the spec's FLOPs and compulsory bytes. `opdb ncu command MODEL` prints the command "
+            "that profiles them, `opdb ncu import` stores them (docs/ncu.md)."
+        )
+        return
+    doc.para(
+        "Where Nsight Compute profiled a configuration's call, the roofline (`opdb roofline`, "
+        "column `source`) draws it at the measured FP FLOPs (add + mul + 2 × fma per precision) "
+        "and DRAM bytes instead of the spec's FLOPs and compulsory bytes; its FLOPs stay the "
+        "spec's where it ran on tensor cores, which those counters do not see. Sums of count × "
+        "per call over the counted configurations. All rows: `ncu_counters.csv`."
+    )
+    doc.table(display(summary, COUNTERS_DISPLAY))
+
+
 def build_report(
     session: Session,
     out_dir: Path,
@@ -330,6 +364,8 @@ def build_report(
     points = studies.latency_vs_complexity(session, table=table)
     corr = studies.correlation_study(session, table=table)
     fb = studies.forward_backward(session, device_kinds=device_kinds)
+    pairs = table[["model", "device_kind"]].drop_duplicates().itertuples(index=False)
+    counters, counter_rows = counters_study(session, [(str(m), str(k)) for m, k in pairs])
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in PLOT_FILES:  # only once the studies succeeded: a failed run leaves the folder
         (out_dir / name).unlink(missing_ok=True)
@@ -364,6 +400,7 @@ def build_report(
     _complexity_section(doc, points, out_dir)
     _correlation_section(doc, corr, out_dir)
     _fb_section(doc, fb, out_dir)
+    _counters_section(doc, counters)
 
     table.to_csv(out_dir / "models.csv", index=False)
     batch.to_csv(out_dir / "batch.csv", index=False)
@@ -371,6 +408,7 @@ def build_report(
     corr.matrix.to_csv(out_dir / "correlation_matrix.csv")
     fb.models.to_csv(out_dir / "forward_backward_models.csv", index=False)
     fb.configs.to_csv(out_dir / "forward_backward_configs.csv", index=False)
+    counter_rows.to_csv(out_dir / "ncu_counters.csv", index=False)
 
     path = out_dir / f"report.{fmt}"
     path.write_text(doc.markdown() if fmt == "md" else doc.html(), encoding="utf-8")
