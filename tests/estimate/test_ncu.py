@@ -325,3 +325,33 @@ def test_the_report_says_which_work_is_measured(store: Store, tmp_path: Path) ->
     rows = pd.read_csv(tmp_path / "after" / "ncu_counters.csv")
     assert list(rows["op"]) == ["torch.nn.Linear", "torch.nn.ReLU"]
     assert set(rows["model"]) == {"toy"}
+
+
+def test_the_api_lists_a_configurations_newest_counters_per_kind(db_url: str) -> None:
+    from fastapi.testclient import TestClient
+    from pydantic import SecretStr
+
+    from api.app import create_app
+    from operator_db.config import Settings
+
+    settings = Settings(database_url=db_url, api_token=SecretStr("t"))
+    with TestClient(create_app(settings)) as client:
+        store = Store.open(db_url)
+        try:
+            ingest_toy(store)
+            assert client.get(f"/configurations/{LINEAR}/counters").json() == []
+            with store.transaction() as session:
+                import_counters(session, TEXT, "old.csv")
+            with store.transaction() as session:
+                import_counters(session, TEXT, "new.csv")
+        finally:
+            store.close()
+        [row] = client.get(f"/configurations/{LINEAR}/counters").json()
+        assert client.get("/configurations/" + "0" * 64 + "/counters").status_code == 404
+    assert (row["device_kind"], row["source"], row["kernels"]) == (GPU, "new.csv", 3)
+    assert (row["dram_read_bytes"], row["dram_write_bytes"], row["flops_fp32"]) == (
+        3378,
+        1012,
+        4352,
+    )
+    assert row["gpu_time_s"] == pytest.approx(5.65e-6)
