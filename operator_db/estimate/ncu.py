@@ -259,7 +259,7 @@ class ImportSummary:
 
     def line(self) -> str:
         """Return the summary as one line."""
-        kinds = ", ".join(f"{n} on {kind}" for kind, n in sorted(self.stored.items()))
+        kinds = ", ".join(f"{n} configurations on {k}" for k, n in sorted(self.stored.items()))
         return (
             f"{self.source}: {self.kernels} kernels; counters of {kinds or '0 configurations'} "
             f"stored; {self.outside} kernels outside any opdb range, {self.unknown} ranges of "

@@ -90,7 +90,8 @@ def test_import_prints_one_summary_line(
     ingest_toy(store)
     result = run_cli(capsys, "ncu", "import", str(FIXTURE), "--db", db_url)
     assert result.code == 0, result.err
-    assert result.out.startswith(f"ncu_raw.csv: 7 kernels; counters of 2 on {GPU} stored; ")
+    first = f"ncu_raw.csv: 7 kernels; counters of 2 configurations on {GPU} stored; "
+    assert result.out.startswith(first)
     assert result.out.count("\n") == 1
     with store.transaction(read_only=True) as session:
         assert len(session.scalars(select(NcuCounter)).all()) == 2

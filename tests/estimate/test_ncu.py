@@ -140,9 +140,9 @@ def test_import_stores_each_configuration_of_the_file(store: Store) -> None:
     with store.transaction() as session:
         summary = import_counters(session, TEXT, "ncu_raw.csv")
     assert summary.line() == (
-        f"ncu_raw.csv: 7 kernels; counters of 2 on {GPU} stored; 1 kernels outside any opdb "
-        "range, 1 ranges of configurations not in the database, 0 configurations profiled more "
-        "than once (the last call kept)"
+        f"ncu_raw.csv: 7 kernels; counters of 2 configurations on {GPU} stored; 1 kernels "
+        "outside any opdb range, 1 ranges of configurations not in the database, 0 "
+        "configurations profiled more than once (the last call kept)"
     )
     rows = stored(store)
     assert [queries.CounterFigures.of(r) for r in rows] == [LINEAR_FIGURES, RELU_FIGURES]
