@@ -230,6 +230,24 @@ class MeasurementOut(BaseModel):
     created_at: Timestamp
 
 
+class CountersOut(BaseModel):
+    """A configuration's newest Nsight Compute counters on a device kind (one call; docs/ncu.md)."""
+
+    device_kind: str
+    kernels: int
+    gpu_time_s: float | None
+    dram_read_bytes: int | None
+    dram_write_bytes: int | None
+    flops_fp32: int | None = Field(description="add + mul + 2 × fma FP32 instructions.")
+    flops_fp16: int | None
+    flops_fp64: int | None
+    tensor_instructions: int | None = Field(
+        description="Tensor-pipe instructions: their FLOPs are not in the flops_* counts."
+    )
+    source: str
+    created_at: Timestamp
+
+
 class JobOut(BaseModel):
     """A job: measure a configuration, or a whole model, on a device kind."""
 

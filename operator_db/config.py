@@ -168,6 +168,13 @@ class MeasureSettings(BaseModel):
         "(Triton's choice; an H100 has 50 MB of L2), twice the last-level cache on a CPU.",
     )
     seed: int = Field(default=0, description="Seed of inputs and of the random trial gaps.")
+    nvtx: bool = Field(
+        default=False,
+        description="CUDA: push an NVTX range named after each configuration's key around one "
+        "extra call of it after its warm-up, outside the timed blocks, so that Nsight Compute "
+        "(`ncu --nvtx --nvtx-include`) profiles that one call (docs/ncu.md). Does nothing on a "
+        "CPU or where torch has no NVTX.",
+    )
     retain_freed_memory: bool = Field(
         default=True,
         description="CPU: keep freed heap memory in the process (glibc mallopt) so that operators "

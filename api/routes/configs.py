@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from api.deps import ReadSessionDep
 from api.routes.common import READ, Limit, Offset
-from api.schemas import ConfigOut, MeasurementOut, Page
+from api.schemas import ConfigOut, CountersOut, MeasurementOut, Page
 from operator_db.db import queries
 from operator_db.db.models import OperatorConfig
 
@@ -89,3 +89,18 @@ def list_measurements(
         for m, kind in rows
     ]
     return Page(items=items, total=total, limit=limit, offset=offset)
+
+
+@router.get("/configurations/{key}/counters")
+def list_counters(key: str, session: ReadSessionDep) -> list[CountersOut]:
+    """Return a configuration's newest Nsight Compute counters on each device kind, by kind."""
+    config = queries.get_config(session, key)
+    return [
+        CountersOut.model_validate(
+            {
+                **{f: getattr(row, f) for f in CountersOut.model_fields if f != "device_kind"},
+                "device_kind": kind,
+            }
+        )
+        for row, kind in queries.config_counters(session, config.id)
+    ]

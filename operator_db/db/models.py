@@ -354,3 +354,39 @@ class DevicePeak(Base):
     reference: Mapped[str | None] = mapped_column(Text)
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NcuCounter(Base):
+    """Hardware counters of one call of a configuration on a device kind, from Nsight Compute.
+
+    Summed over the kernels of the one call profiled (``ncu --nvtx``, docs/ncu.md). ``None``
+    where the profile did not hold the metric. FLOPs are counted from the FP instructions per
+    precision (``add + mul + 2 × fma``); tensor-core work is not in them, hence
+    ``tensor_instructions``. Several imports of a configuration and kind keep their rows; the
+    newest counts.
+    """
+
+    __tablename__ = "ncu_counters"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("operator_configs.id", ondelete="CASCADE"))
+    device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
+    kernels: Mapped[int] = mapped_column(Integer)
+    """Kernels profiled in the configuration's range (one call)."""
+    gpu_time_s: Mapped[float | None] = mapped_column(Float)
+    """Σ of the kernels' ``gpu__time_duration.sum``, s (under the profiler: its clocks, its
+    cache flushes)."""
+    dram_read_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    dram_write_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    flops_fp32: Mapped[int | None] = mapped_column(BigInteger)
+    flops_fp16: Mapped[int | None] = mapped_column(BigInteger)
+    flops_fp64: Mapped[int | None] = mapped_column(BigInteger)
+    tensor_instructions: Mapped[int | None] = mapped_column(BigInteger)
+    """Warp instructions on the tensor pipe (``sm__inst_executed_pipe_tensor.sum``): > 0 means
+    FLOPs the FP counters do not see."""
+    source: Mapped[str] = mapped_column(String(500))
+    """The file imported (its name)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    """When it was imported."""
+
+    __table_args__ = (Index("ix_ncu_counters_lookup", "device_kind_id", "config_id", "created_at"),)

@@ -4,7 +4,8 @@ The roofline bound of a configuration is max(FLOPs / peak FLOP/s, bytes / peak b
 (METHODOLOGY §5): no implementation can beat it. :func:`roofline_time_s` is that formula and
 :class:`Peaks` the roof it is drawn from; composition, significance ranking, the table and the
 plot all use them. Achieved FLOP/s is FLOPs / measured time; arithmetic intensity is FLOPs /
-compulsory bytes.
+compulsory bytes — or, where Nsight Compute counted them (``opdb ncu import``, docs/ncu.md), the
+measured FP FLOPs and DRAM bytes of a configuration, which the table's ``source`` column names.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from operator_db.errors import ConfigurationError, NotFoundError, OperatorDBErro
 from operator_db.estimate.chips import ChipPeaks, find_chip
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pandas as pd
 
+    from operator_db.db.queries import CounterFigures
     from operator_db.estimate.compose import Estimate
 
 BoundType = Literal["memory", "compute"]
@@ -31,6 +35,7 @@ ROOFLINE_COLUMNS = [
     "count",
     "flops",
     "bytes",
+    "source",
     "intensity",
     "time_per_call_s",
     "achieved_flops_per_s",
@@ -136,20 +141,31 @@ class Peaks:
         return min(self.flops_per_s, intensity * self.bytes_per_s)
 
 
-def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) -> pd.DataFrame:
+def roofline_table(
+    est: Estimate,
+    spec: Peaks | None,
+    measured: Peaks | None,
+    counters: Mapping[str, CounterFigures] | None = None,
+) -> pd.DataFrame:
     """Return one row per measurable configuration, then a row ``(model)`` for the whole model.
 
     Times in s, FLOP/s, bytes; ``bound`` says which roof limits the configuration ("memory" or
     "compute", by the measured peaks where known); ``efficiency`` = roofline bound / measured time.
+    ``counters`` (by configuration key) replace the spec's FLOPs and bytes by measured ones where
+    they hold them (:func:`~operator_db.estimate.counters.roofline_work`); ``source`` says which
+    a row uses (``spec``, ``ncu``, ``ncu bytes``, ``ncu FLOPs``); the model's row sums the rows.
     """
     import pandas as pd  # here, not at the top: `opdb estimate` needs Peaks, not tables
+
+    from operator_db.estimate.counters import roofline_work
 
     reference = measured or spec
     rows: list[dict[str, Any]] = []
     cfgs = est.configs[est.configs["form"] != "opaque"]
     for r in cfgs.itertuples():
-        flops = float(r.flops or 0)
-        nbytes = float(r.bytes or 0)
+        flops, nbytes, source = roofline_work(
+            float(r.flops or 0), float(r.bytes or 0), (counters or {}).get(str(r.key))
+        )
         t = r.time_per_call_s if r.measured else None
         bound_ref = None if reference is None else reference.bound_s(flops, nbytes)
         bound = None if reference is None else reference.bound_type(flops, nbytes)
@@ -160,6 +176,7 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
                 "count": r.count,
                 "flops": flops,
                 "bytes": nbytes,
+                "source": source,
                 "intensity": arithmetic_intensity(flops, nbytes),
                 "time_per_call_s": t,
                 "achieved_flops_per_s": flops / t if t else None,
@@ -172,8 +189,9 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
                 "time_share": r.time_share,
             }
         )
-    total_flops = float((cfgs["count"] * cfgs["flops"].fillna(0)).sum())
-    total_bytes = float((cfgs["count"] * cfgs["bytes"].fillna(0)).sum())
+    total_flops = math.fsum(r["count"] * r["flops"] for r in rows)
+    total_bytes = math.fsum(r["count"] * r["bytes"] for r in rows)
+    sources = {r["source"] for r in rows}
     spec_total = sum(r["count"] * r["roofline_spec_s"] for r in rows) if spec else None
     meas_total = sum(r["count"] * r["roofline_measured_s"] for r in rows) if measured else None
     model_time = est.full_run_time_s or (est.time_s if est.coverage == 1.0 else None)
@@ -185,6 +203,7 @@ def roofline_table(est: Estimate, spec: Peaks | None, measured: Peaks | None) ->
             "count": 1,
             "flops": total_flops,
             "bytes": total_bytes,
+            "source": sources.pop() if len(sources) == 1 else "mixed",
             "intensity": arithmetic_intensity(total_flops, total_bytes),
             "time_per_call_s": model_time,
             "achieved_flops_per_s": total_flops / model_time if model_time else None,
@@ -302,7 +321,13 @@ def plot_roofline(
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP / byte, compulsory traffic)")
+    measured_work = bool((points["source"] != "spec").any())
+    traffic = (
+        "compulsory traffic; DRAM traffic where ncu measured it"
+        if measured_work
+        else ("compulsory traffic")
+    )
+    ax.set_xlabel(f"arithmetic intensity (FLOP / byte, {traffic})")
     ax.set_ylabel("achieved performance (FLOP/s)")
     ax.set_title(
         f"Roofline: {est.model} ({est.mode}) on {est.device_kind}\n"

@@ -15,6 +15,7 @@ import pandas as pd
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
+from operator_db.db.queries import CounterFigures
 from operator_db.errors import NotFoundError
 from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.peaks import peaks_for_kind, peaks_of
@@ -57,6 +58,9 @@ class ModelRoofline:
 def model_roofline(session: Session, model_name: str, device_kind: str) -> ModelRoofline:
     """Return the roofline of ``model_name`` on ``device_kind`` (measured roofs, else spec).
 
+    Configurations with Nsight Compute counters on the kind are drawn at their measured FLOPs and
+    DRAM bytes (the table's ``source``; docs/ncu.md).
+
     Raises:
         NotFoundError: unknown model or kind, or no peaks known for the kind.
     """
@@ -70,4 +74,10 @@ def model_roofline(session: Session, model_name: str, device_kind: str) -> Model
             "a device kind of the peak table (`opdb peaks --list`)"
         )
     est = estimate_model(session, model_name, device_kind, peaks=measured or spec)
-    return ModelRoofline(est, roofline_table(est, spec, measured), spec, measured, model.dtype)
+    kind = queries.get_device_kind(session, device_kind)
+    counters = {
+        key: CounterFigures.of(row)
+        for key, row in queries.model_counters(session, model.id, kind.id).items()
+    }
+    table = roofline_table(est, spec, measured, counters)
+    return ModelRoofline(est, table, spec, measured, model.dtype)

@@ -29,6 +29,7 @@ from operator_db.measure.energy import (
     energy_unavailable,
 )
 from operator_db.measure.flags import Flag
+from operator_db.measure.nvtx import nvtx_probe
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.stats import Summary, summarize
 from operator_db.measure.timing import (
@@ -156,12 +157,15 @@ def measure(
     *,
     idle_power: float | None = None,
     min_time_s: float = 0.0,
+    nvtx_range: str | None = None,
     clock: Clock = time.perf_counter_ns,
     sleep: Sleep = time.sleep,
 ) -> MeasureResult:
     """Measure ``run`` (one call, reused inputs) on ``device``.
 
-    ``min_time_s`` stretches the timing to at least that many seconds (whole models).
+    ``min_time_s`` stretches the timing to at least that many seconds (whole models). With
+    ``settings.nvtx``, one call after the warm-up runs inside the NVTX range ``nvtx_range``
+    (:func:`~operator_db.measure.nvtx.nvtx_probe`), outside every timed block.
 
     Raises:
         MeasurementError: the call failed, or produced no usable timing.
@@ -170,6 +174,8 @@ def measure(
     timer = _timer(device, settings, clock)
     rng = random.Random(settings.seed)
     per_call = warm_up_for(run, timer, settings)
+    if settings.nvtx and nvtx_range is not None:
+        nvtx_probe(run, nvtx_range, device)
     eager = time_blocks(run, timer, settings, per_call, min_time_s)
     graph = _graph_timing(run, eager, timer, settings)
     reason = _energy_reason(device, settings)
@@ -192,6 +198,9 @@ class Target:
     """Time the target for at least this many seconds in all (whole models)."""
     energy: bool = True
     """Run energy trials after the rounds (False: timed only)."""
+    nvtx_range: str | None = None
+    """With ``settings.nvtx``: the NVTX range one call after its warm-up runs in (see
+    :func:`measure`); None: no such call."""
 
 
 def measure_interleaved(
@@ -209,7 +218,8 @@ def measure_interleaved(
     one untimed call of it), in a seeded random order per round. A slow drift of the machine's
     speed (a noisy neighbour, a clock change) then touches every target alike instead of whichever
     one was being measured at the time, so the operators of a model and the whole model are
-    compared at the same moments.
+    compared at the same moments. With ``settings.nvtx``, each target with an ``nvtx_range`` runs
+    one call in that range after the warm-ups, before the rounds.
     Unstable timings are flagged, not re-timed (re-timing one target alone would break the
     interleave). CUDA-graph timing and energy trials follow per target, as in :func:`measure`;
     a target's ``energy`` turns its trials off. Each result's ``target`` is its target's name.
@@ -226,6 +236,9 @@ def measure_interleaved(
     timer = _timer(device, settings, clock)
     rng = random.Random(settings.seed)
     per_call = [warm_up_for(t.run, timer, settings) for t in targets]
+    for target in targets:
+        if settings.nvtx and target.nvtx_range is not None:
+            nvtx_probe(target.run, target.nvtx_range, device)
     calls = [
         interleaved_calls(p, t.min_time_s, settings) for p, t in zip(per_call, targets, strict=True)
     ]

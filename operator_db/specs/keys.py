@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from operator_db.specs.schema import Mode, OperatorSpec, Spec
@@ -37,6 +38,33 @@ def canonical_operator(op: OperatorSpec, mode: Mode) -> dict[str, Any]:
 def operator_key(op: OperatorSpec, mode: Mode) -> str:
     """Return the stable key of a configuration: SHA-256 (hex) of its canonical form."""
     return hashlib.sha256(canonical_json(canonical_operator(op, mode)).encode()).hexdigest()
+
+
+NVTX_RANGE_PREFIX = "opdb:"
+"""What starts the name of the NVTX range pushed around a configuration's probe call."""
+NVTX_RANGE_REGEX = NVTX_RANGE_PREFIX + "[0-9a-f]{64}"
+"""A regular expression that matches every such range name (and nothing else of ours)."""
+_NVTX_RANGE = re.compile(NVTX_RANGE_PREFIX + "([0-9a-f]{64})(?![0-9a-f])")
+
+
+def nvtx_range_name(key: str) -> str:
+    """Return the NVTX range name of the configuration ``key``: ``opdb:`` and the whole key.
+
+    The measuring side pushes it (``OPDB_MEASURE__NVTX``), the Nsight Compute importer reads it
+    back (:func:`key_of_nvtx_range`): one rule for both. The whole key, not a prefix, so that a
+    range names exactly one configuration.
+    """
+    return NVTX_RANGE_PREFIX + key
+
+
+def key_of_nvtx_range(text: str) -> str | None:
+    """Return the configuration key in ``text`` that names an NVTX range of ours, or None.
+
+    ``text`` may hold more than the name (a profiler's stack of ranges, ``<domain>/opdb:…``); the
+    innermost (last) of several is taken.
+    """
+    found = _NVTX_RANGE.findall(text)
+    return str(found[-1]) if found else None
 
 
 def spec_content_hash(spec: Spec) -> str:

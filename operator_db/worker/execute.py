@@ -28,6 +28,7 @@ from operator_db.measure.engine import (
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.timing import Timing
+from operator_db.specs.keys import nvtx_range_name
 from operator_db.specs.schema import Mode
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ def execute_job(
             if config is None:
                 raise NotFoundError(f"configuration {job.config_id} no longer exists")
             dtype = _config_dtype(config)
-            config_id, config_mode = config.id, config.mode
+            config_id, config_mode, key = config.id, config.mode, config.key
             run = _prepare_operator(config, device, settings)
         with _grad_mode(config_mode):
             result = measure(
@@ -261,6 +262,7 @@ def execute_job(
                 settings,
                 idle_power=idle_power_w,
                 min_time_s=operator_min_time_s(device, settings),
+                nvtx_range=nvtx_range_name(key),
             )
         return [*_config_rows(job, config_id, dtype, result)]
     if job.interleaved:
@@ -310,7 +312,14 @@ def _execute_interleaved(
                 left_out[config.key] = str(exc).strip().splitlines()[0] if str(exc) else "failed"
                 continue
             prepared[config.key] = (config.id, _config_dtype(config))
-            targets.append(Target(config.key, run, min_time_s=op_min_time_s))
+            targets.append(
+                Target(
+                    config.key,
+                    run,
+                    min_time_s=op_min_time_s,
+                    nvtx_range=nvtx_range_name(config.key),
+                )
+            )
     targets.append(Target(_MODEL, model_run.run, min_time_s=settings.model_min_time_s))
     if model_run.hollow is not None:
         targets.append(Target(_HOLLOW, model_run.hollow, energy=False))

@@ -34,6 +34,7 @@ EXPECTED_TABLES = {
     "measurements",
     "model_operators",
     "models",
+    "ncu_counters",
     "operator_configs",
 }
 

@@ -116,6 +116,7 @@ def test_empty_database(store: Store, tmp_path: Path) -> None:
             "- no training model in the database",
         ),
         ("Layer types: shares of latency, FLOPs and memory", "no model in the study"),
+        ("Measured FLOPs and bytes (Nsight Compute)", "No configuration of the measured models"),
         ("Chips", "No device kind here has measured peaks: run `opdb peaks`"),
     ]:
         section = text.split(f"## {heading}\n\n", 1)[1].split("\n## ", 1)[0]
@@ -153,6 +154,7 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
         "Forward and backward from whole-model runs",
         "Forward and backward per configuration (training specs)",
         "Layer types: shares of latency, FLOPs and memory",
+        "Measured FLOPs and bytes (Nsight Compute)",
         "Chips",
     ]
     # The run matrix: one table per kind, rows family and mode, columns batch sizes.

@@ -6,6 +6,12 @@ and the API all read through here; no other package builds SQL.
 """
 
 from operator_db.db.queries.configs import config_measurements, get_config, list_configs
+from operator_db.db.queries.counters import (
+    CounterFigures,
+    add_counters,
+    config_counters,
+    model_counters,
+)
 from operator_db.db.queries.devices import (
     check_device_kind_name,
     device_kinds,
@@ -51,13 +57,16 @@ __all__ = [
     "TABLES",
     "Aggregate",
     "ConfigCost",
+    "CounterFigures",
     "Figure",
     "JobState",
     "ModelConfig",
     "ModelOperatorRow",
     "ModelSummary",
     "PeakFigure",
+    "add_counters",
     "check_device_kind_name",
+    "config_counters",
     "config_figures",
     "config_measurements",
     "config_ids_by_key",
@@ -81,6 +90,7 @@ __all__ = [
     "model_configs",
     "model_config_figures",
     "model_count",
+    "model_counters",
     "model_figures",
     "model_job_states",
     "model_operators",

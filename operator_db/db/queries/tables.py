@@ -17,6 +17,7 @@ TABLES: tuple[type[m.Base], ...] = (
     m.Measurement,
     m.FullModelRun,
     m.DevicePeak,
+    m.NcuCounter,
 )
 
 

@@ -17,7 +17,8 @@ from operator_db.db import queries
 from operator_db.db.engine import safe_url
 from operator_db.errors import OperatorDBError
 from operator_db.estimate import studies
-from operator_db.estimate.report import sections
+from operator_db.estimate.counters import counters_study
+from operator_db.estimate.report import hardware, sections
 from operator_db.estimate.report.document import Document, markdown_table
 from operator_db.estimate.report.plots import new_figure, plot_batch, plot_latency_scatter
 
@@ -62,6 +63,7 @@ TABLE_FILES = (
     "forward_backward_models.csv",
     "forward_backward_configs.csv",
     "layer_shares.csv",
+    "ncu_counters.csv",
 )
 """Every table a report writes in full."""
 
@@ -109,6 +111,8 @@ def build_report(
     runs_fb = studies.run_forward_backward(table)
     fb = studies.forward_backward(session, device_kinds=device_kinds, models=chosen)
     layers = studies.layer_study(session, device_kinds=device_kinds, models=chosen)
+    pairs = table[["model", "device_kind"]].drop_duplicates().itertuples(index=False)
+    counters, counter_rows = counters_study(session, [(str(m), str(k)) for m, k in pairs])
     out_dir.mkdir(parents=True, exist_ok=True)
     # Only once the studies succeeded: a failed run leaves the folder as it was.
     for name in PLOT_FILES:
@@ -155,7 +159,8 @@ def build_report(
     sections.run_fb_section(doc, runs_fb, out_dir)
     sections.fb_section(doc, fb, out_dir)
     sections.layers_section(doc, layers, out_dir)
-    sections.chips_section(doc, session, out_dir, device_kinds)
+    hardware.counters_section(doc, counters)
+    hardware.chips_section(doc, session, out_dir, device_kinds)
 
     runs.to_csv(out_dir / "runs.csv", index=False)
     table.to_csv(out_dir / "models.csv", index=False)
@@ -167,6 +172,7 @@ def build_report(
     fb.models.to_csv(out_dir / "forward_backward_models.csv", index=False)
     fb.configs.to_csv(out_dir / "forward_backward_configs.csv", index=False)
     layers.shares.to_csv(out_dir / "layer_shares.csv", index=False)
+    counter_rows.to_csv(out_dir / "ncu_counters.csv", index=False)
 
     path = out_dir / f"report.{fmt}"
     path.write_text(doc.markdown() if fmt == "md" else doc.html(), encoding="utf-8")

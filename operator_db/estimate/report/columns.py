@@ -107,3 +107,15 @@ FB_CONFIG_DISPLAY: Columns = [
     ("time_ratio", "time bwd:fwd", fixed(2)),
     ("status", "status", text),
 ]
+
+COUNTERS_DISPLAY: Columns = [
+    ("model", "model", text),
+    ("device_kind", "device kind", text),
+    ("counted", "configurations counted", integer),
+    ("configs", "of", integer),
+    ("spec_flops", "spec GFLOPs", num(1e-9)),
+    ("ncu_flops", "ncu FP GFLOPs", num(1e-9)),
+    ("tensor_configs", "on tensor cores", integer),
+    ("spec_bytes", "spec MB", num(1e-6)),
+    ("dram_bytes", "ncu DRAM MB", num(1e-6)),
+]

@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from operator_db.db.models import DeviceKind
 from operator_db.estimate import studies
-from operator_db.estimate.chip_roofline import describe_roof, device_roofs, plot_chip_rooflines
 from operator_db.estimate.peaks import best_peaks, kind_peaks, peaks_of
 from operator_db.estimate.report.charts import plot_complexity_bars, plot_layer_pies
 from operator_db.estimate.report.columns import (
@@ -465,29 +464,3 @@ def layers_section(doc: Document, layers: studies.LayerStudy, out: Path) -> None
         )
         doc.image(file, f"Layer types of {title}")
         doc.table(layer_share_table(shares))
-
-
-def chips_section(
-    doc: Document, session: Session, out: Path, device_kinds: Sequence[str] | None
-) -> None:
-    """Draw the roofs of every chip of the spec-sheet table, with this database's devices."""
-    doc.heading("Chips")
-    devices = device_roofs(session, "float32", list(device_kinds) if device_kinds else None)
-    plot_chip_rooflines(out / "chips_roofline.png", devices=devices)
-    doc.para(
-        "The float32 roofs of every chip of the spec-sheet table (`peaks.yaml`; a chip without a "
-        "float32 figure is drawn at the dtype in brackets), with the measured roof (solid) and "
-        "the spec roof (dashed) of each device kind here that `opdb peaks` measured. A CPU's "
-        "spec roof is scaled to the cores its measuring host's process may use; a kind whose "
-        "name only partly matches a chip is drawn as the closest spec-sheet match. "
-        "docs/peaks.md explains both."
-    )
-    doc.image("chips_roofline.png", "Roofline of the chips of the spec-sheet table")
-    doc.bullets(
-        [
-            f"{d.kind_name}: measured {describe_roof(d.measured)}; spec ({d.spec_label}) "
-            f"{describe_roof(d.spec)}"
-            for d in devices
-        ]
-        or ["No device kind here has measured peaks: run `opdb peaks` on a host to add its roof."]
-    )
