@@ -26,6 +26,10 @@ def example_specs_dir() -> Path:
     raise ConfigurationError(f"example specs not found next to {here}")
 
 
+DEMO_STUDY = ("mlp", "ftransformer", "mobilenetv2")
+"""The models of the demo's small study (from the ``cpu`` set): the quickest three."""
+
+
 def demo(
     model: Annotated[
         str, typer.Option(help="Model reference to harvest and measure.")
@@ -39,14 +43,29 @@ def demo(
     out: Annotated[Path, typer.Option(help="Folder for the spec, roofline and report.")] = Path(
         "opdb-demo"
     ),
+    study_models: Annotated[
+        bool,
+        typer.Option(
+            "--study/--no-study",
+            help=f"Also study {', '.join(DEMO_STUDY)} whole (batch sizes, a training step), so "
+            "that every section of the report is filled.",
+        ),
+    ] = True,
     db: DatabaseOption = None,
 ) -> None:
-    """Harvest MODEL, ingest it and the example specs, measure it here, estimate, plot, report."""
+    """Harvest MODEL, ingest it and the example specs, measure it here, estimate, plot, report.
+
+    Then a small study (``opdb study``) of three more models measured whole, so that the report
+    has batch sizes, correlations, forward:backward and layer pies to show.
+    """
     from operator_db.cli.estimate import estimate, peaks, roofline
     from operator_db.cli.work import measure
+    from operator_db.config import get_settings
     from operator_db.db.ingest import ingest_specs
+    from operator_db.devices.factory import open_device
     from operator_db.estimate.report import build_report
     from operator_db.harvest import harvest, parse_input
+    from operator_db.study import get_set, plan, run_study
 
     out.mkdir(parents=True, exist_ok=True)
     console.rule("1. harvest")
@@ -81,8 +100,22 @@ def demo(
     )
     console.rule("5. peaks of this device (float32 matmul, copy)")
     peaks(device=device, dtypes="float32", list_table=False, db=db)
-    console.rule("6. roofline and report")
+    console.rule("6. roofline")
     roofline(name, device_kind=None, out=out / "roofline.png", chips="", as_csv=False, db=db)
+    console.rule(f"7. a small study: {', '.join(DEMO_STUDY)} whole, at batch 1, 2, 4 and training")
+    names = [name]
+    if study_models:
+        with open_store(db) as store, open_device(device, settings=get_settings()) as dev:
+            items = plan(get_set("cpu"), models=list(DEMO_STUDY))
+            studied = run_study(store, dev, items, out / "study", get_settings())
+        console.print(
+            f"{studied.count('measured')} runs measured, {studied.count('stored')} stored before, "
+            f"{studied.count('failed')} failed, in {studied.seconds:.0f} s"
+        )
+        names += [o.item.name for o in studied.outcomes if o.status != "failed"]
     with open_store(db) as store, store.transaction(read_only=True) as session:
-        path = build_report(session, out / "report", fmt="md", source=store.display_url)
-    console.print(f"wrote {path}")
+        for fmt in ("md", "html"):
+            path = build_report(
+                session, out / "report", fmt=fmt, models=names, source=store.display_url
+            )
+            console.print(f"wrote {path}")

@@ -123,6 +123,7 @@ def study(
                 console.print(
                     f"{result.count('measured')} measured now, {result.count('stored')} stored "
                     f"before, {result.count('failed')} failed, in {result.seconds:.0f} s"
+                    + ("; the device's peaks measured" if result.peaks_measured else "")
                 )
                 names = [o.item.name for o in result.outcomes if o.status != "failed"]
         with store.transaction(read_only=True) as session:

@@ -73,6 +73,10 @@ class ChipPeaks(BaseModel):
     cores: PositiveInt | None = None
     """Cores per socket: required for server CPUs, whose roofs are scaled to the cores a process
     may use (``scaled_to_cores``); absent for other chips."""
+    boost_clock_ratio: float | None = Field(default=None, ge=1.0)
+    """Max boost clock / base clock (server CPUs, whose FLOP/s are at the base clock): a process
+    on a few of a socket's cores may run them up to the boost clock, so a roof scaled to fewer
+    cores than the chip's is raised by this ratio (an upper bound stays an upper bound)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -83,6 +87,8 @@ class ChipPeaks(BaseModel):
     def _cores_for_cpus(self) -> ChipPeaks:
         if (self.category == "server_cpu") != (self.cores is not None):
             raise ValueError("cores is required for server_cpu chips and only for them")
+        if self.boost_clock_ratio is not None and self.category != "server_cpu":
+            raise ValueError("boost_clock_ratio is for server_cpu chips only")
         return self
 
 

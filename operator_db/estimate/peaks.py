@@ -115,6 +115,9 @@ class KindPeaks:
     """Cores a process of this kind may use, as recorded by its hosts (the most of any host)."""
     usable_cores_seen: tuple[float, ...] = ()
     """Every distinct allotment the kind's hosts recorded, ascending."""
+    chip_boost: float | None = None
+    """Max boost / base clock of ``spec_chip`` (CPUs): applied to the FLOP/s of a roof scaled to
+    fewer cores than the chip's, whose few busy cores may boost."""
 
     @property
     def spec_scale(self) -> float:
@@ -122,6 +125,17 @@ class KindPeaks:
         if self.chip_cores is None or self.usable_cores is None:
             return 1.0
         return scaled_to_cores(1.0, self.chip_cores, self.usable_cores)
+
+    @property
+    def spec_flops_scale(self) -> float:
+        """The factor applied to spec FLOP/s: ``spec_scale``, × the boost ratio on fewer cores."""
+        boosted = (
+            self.chip_boost is not None
+            and self.chip_cores is not None
+            and self.usable_cores is not None
+            and self.usable_cores < self.chip_cores
+        )
+        return self.spec_scale * (self.chip_boost or 1.0 if boosted else 1.0)
 
     @property
     def spec_label(self) -> str:
@@ -141,6 +155,8 @@ class KindPeaks:
                 label += f", whole chip ({self.chip_cores} cores; no allotment recorded)"
             else:
                 label += f", scaled to {self.usable_cores:g} of {self.chip_cores} cores"
+                if self.spec_flops_scale != self.spec_scale:
+                    label += " at the boost clock"
         return label
 
     @property
@@ -169,7 +185,7 @@ class KindPeaks:
                 table = self.measured_flops_per_s if source == "measured" else self.spec_flops_per_s
                 value = table.get(candidate)
                 if value is not None:
-                    scale = self.spec_scale if source == "spec" else 1.0
+                    scale = self.spec_flops_scale if source == "spec" else 1.0
                     return Peak(
                         value * scale, source, candidate, self._reference(source, candidate)
                     )
@@ -201,7 +217,7 @@ class KindPeaks:
         for dtype in dtypes:
             spec = self.spec_flops_per_s.get(dtype)
             measured = self.measured_flops_per_s.get(dtype)
-            out.append(_row("flops_per_s", dtype, spec, measured, self.spec_scale))
+            out.append(_row("flops_per_s", dtype, spec, measured, self.spec_flops_scale))
         if self.spec_bytes_per_s is not None or self.measured_bytes_per_s is not None:
             out.append(
                 _row(
@@ -283,6 +299,7 @@ def _chip_fields(found: ChipMatch, usable_cores: float | None) -> dict[str, Any]
         "spec_chip": found.chip.name,
         "spec_match": found.how,
         "chip_cores": found.chip.cores,
+        "chip_boost": found.chip.boost_clock_ratio,
         "usable_cores": usable_cores if found.chip.cores is not None else None,
     }
 

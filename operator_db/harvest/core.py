@@ -292,7 +292,12 @@ def harvest(
         spec_version=SPEC_VERSION,
         model=info,
         operators=operators,
-        provenance=provenance(ref, used, fallback, custom_leaves, opaque, skipped, traced),
+        provenance={
+            **provenance(ref, used, fallback, custom_leaves, opaque, skipped, traced),
+            # The model's own count: a traced custom leaf's weights are its calls' inputs, and
+            # a shared (tied) parameter is one parameter.
+            "params": sum(p.numel() for p in module.parameters()),
+        },
     )
     # What we write is valid, and passes the door (at the format's tensor limit: no settings here).
     admit_spec(

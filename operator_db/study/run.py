@@ -66,6 +66,8 @@ class StudyResult:
     worker: WorkerStats | None = None
     seconds: float = 0.0
     """Wall-clock time of the harvest and the measurement, in s."""
+    peaks_measured: bool = False
+    """Whether the study measured the device's peaks (its kind had none stored)."""
     reports: list[Path] = field(default_factory=list)
 
     def count(self, status: Status) -> int:
@@ -256,6 +258,25 @@ def measure(
     return stats
 
 
+def ensure_peaks(store: Store, device: Device, dtype: str = "float32") -> bool:
+    """Measure and store the device's peaks (``opdb peaks``) unless its kind has them for ``dtype``.
+
+    The report draws the measured roof beside the spec sheet's. Returns whether it measured.
+    """
+    from operator_db.estimate.peaks import peaks_for_kind, record_peaks
+    from operator_db.measure.peaks import measure_peaks
+
+    kind = device.identity().name
+    with store.transaction(read_only=True) as session:
+        known = peaks_for_kind(session, kind)
+    if dtype in known.measured_flops_per_s and known.measured_bytes_per_s is not None:
+        return False
+    measured = measure_peaks(device, dtypes=[dtype])
+    with store.transaction() as session:
+        record_peaks(session, measured)
+    return True
+
+
 def run_study(
     store: Store,
     device: Device,
@@ -267,11 +288,15 @@ def run_study(
     on_item: Callable[[ItemOutcome], None] | None = None,
     on_event: Callable[[WorkerEvent], None] | None = None,
 ) -> StudyResult:
-    """Harvest, store and measure ``items`` on ``device``; specs go to ``out_dir/specs``."""
+    """Harvest, store and measure ``items`` on ``device``; specs go to ``out_dir/specs``.
+
+    Then the device's float32 peaks, unless its kind has them (the report's measured roof).
+    """
     start = time.perf_counter()
     kind = device.identity().name
     outcomes = prepare(
         store, items, kind, out_dir / "specs", settings, operators=operators, on_item=on_item
     )
     stats = measure(store, device, settings, outcomes, operators=operators, on_event=on_event)
-    return StudyResult(kind, outcomes, stats, time.perf_counter() - start)
+    peaks_measured = ensure_peaks(store, device)
+    return StudyResult(kind, outcomes, stats, time.perf_counter() - start, peaks_measured)

@@ -211,13 +211,18 @@ def test_sqlite_default_is_created_and_upgraded_on_first_use(
     assert (tmp_path / "default.sqlite").exists()
     assert "mlp-small-b8" in result.out and "demo-mlp" in result.out
     assert "operators (Σ count × per-call)" in result.out and "between operators" in result.out
-    for made in ("demo-mlp.yaml", "roofline.png", "report/report.md"):
+    assert "12 runs measured, 0 stored before, 0 failed" in result.out  # the small study
+    for made in ("demo-mlp.yaml", "roofline.png", "report/report.md", "report/report.html"):
         assert (tmp_path / "out" / made).stat().st_size > 0, made
+    report = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert "4 models in the study" not in report and "13 models in the study" in report
+    for empty in ("at two or more batch sizes", "no training spec has a full-model run"):
+        assert empty not in report, empty  # the study fills these sections
     status = run_cli(capsys, "db", "status")
     assert f"revision: {HEAD} (code expects {HEAD})" in status.out
     again = run_cli(capsys, *args)
     assert again.code == 0, again.err
-    assert "unchanged" in again.out
+    assert "unchanged" in again.out and "0 runs measured, 12 stored before" in again.out
 
 
 def test_models_list_and_show(capsys: pytest.CaptureFixture[str], db_url: str) -> None:

@@ -78,6 +78,20 @@ def test_complexity_table(store: Store) -> None:
     assert train["step_flops"] == 4352 + 8448
 
 
+def test_the_harvests_own_parameter_count_wins(store: Store) -> None:
+    # Σ over the configurations misses a traced custom leaf's weights (inputs of its calls).
+    seed(store)
+    with store.transaction(read_only=True) as session:
+        summed = row(studies.complexity_table(session), model="mlp-b4")["params"]
+    with store.transaction() as session:
+        model = queries.get_model(session, "mlp-b4")
+        model.provenance = {**model.provenance, "params": 123_456}
+    with store.transaction(read_only=True) as session:
+        table = studies.complexity_table(session)
+    assert row(table, model="mlp-b4")["params"] == 123_456 != summed
+    assert row(table, model="mlp-b1")["params"] == summed  # older specs: the sum, as before
+
+
 def test_run_matrix(store: Store) -> None:
     seed(store)
     with store.transaction() as session:

@@ -250,18 +250,26 @@ def test_cpu_spec_roof_is_scaled_to_the_allotment_and_labelled() -> None:
     assert kind.spec_scale == pytest.approx(2 / 96)
     flops = kind.flops_per_s("float32", prefer="spec")
     bw = kind.bytes_per_s(prefer="spec")
-    assert flops is not None and flops.value == pytest.approx(153.6e9)  # 2 x 2.4 GHz x 32
+    # 2 cores x 3.7 GHz (two busy cores of 96 may boost) x 32 FLOPs/cycle
+    assert flops is not None and flops.value == pytest.approx(236.8e9)
     assert bw is not None and bw.value == pytest.approx(9.6e9)  # 460.8 GB/s x 2/96
     assert kind.spec_flops_per_s["float32"] == 7.3728e12  # the chip's figure is kept
-    assert kind.spec_label == "AMD EPYC 9654 (Genoa) spec, scaled to 2 of 96 cores"
+    label = "AMD EPYC 9654 (Genoa) spec, scaled to 2 of 96 cores at the boost clock"
+    assert kind.spec_label == label
     roof = p.peaks_of(kind, "float32", "spec")
     assert roof is not None
     assert (roof.flops_per_s, roof.bytes_per_s) == (flops.value, bw.value)
-    assert roof.source == (
-        "AMD EPYC 9654 (Genoa) spec, scaled to 2 of 96 cores: float32 peak and bandwidth"
-    )
+    assert roof.source == f"{label}: float32 peak and bandwidth"
     row = next(r for r in kind.rows() if r["dtype"] == "float32")
-    assert row["spec"] == pytest.approx(153.6e9) and row["spec_chip"] == 7.3728e12
+    assert row["spec"] == pytest.approx(236.8e9) and row["spec_chip"] == 7.3728e12
+    # Every core of the socket: the base clock, the chip's own figure.
+    whole = p.spec_peaks_for("cpu:AMD EPYC 9654 96-Core Processor", usable_cores=96)
+    assert (
+        whole is not None
+        and whole.spec_label == "AMD EPYC 9654 (Genoa) spec, scaled to 96 of 96 cores"
+    )
+    whole_flops = whole.flops_per_s("float32", prefer="spec")
+    assert whole_flops is not None and whole_flops.value == pytest.approx(7.3728e12)
     # A family name is the closest match; no allotment: the whole chip, and it says so.
     family = p.spec_peaks_for("cpu:AMD EPYC")
     assert family is not None and family.spec_scale == 1.0
@@ -590,17 +598,18 @@ def test_cpu_roof_is_scaled_to_the_measuring_hosts_allotment(store: Store) -> No
         }
     assert peaks.spec_origin == "db"
     assert peaks.spec_label == (
-        "closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores"
+        "closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores at the boost "
+        "clock"
     )
     assert peaks.spec_reference is not None
     assert peaks.spec_reference.startswith("closest spec-sheet match: AMD EPYC 9654 (Genoa) | ")
     spec = p.peaks_of(peaks, "float32", "spec")
     measured = p.peaks_of(peaks, "float32", "measured")
     assert spec is not None and measured is not None
-    assert spec.flops_per_s == pytest.approx(153.6e9) and spec.bytes_per_s == pytest.approx(9.6e9)
+    assert spec.flops_per_s == pytest.approx(236.8e9) and spec.bytes_per_s == pytest.approx(9.6e9)
     assert (measured.flops_per_s, measured.bytes_per_s) == (1.2e11, 2.0e10)
     row = next(r for r in peaks.rows() if r["dtype"] == "float32")
-    assert row["fraction_of_spec"] == pytest.approx(1.2e11 / 153.6e9)  # 78%, not 1.6%
+    assert row["fraction_of_spec"] == pytest.approx(1.2e11 / 236.8e9)  # 51%, not 1.6%
     # The measured rows are the host's: a second host keeps its own, and the roof is scaled to
     # the largest allotment (like the measured peaks, the best of the kind).
     with store.transaction() as session:
@@ -611,7 +620,7 @@ def test_cpu_roof_is_scaled_to_the_measuring_hosts_allotment(store: Store) -> No
         peaks = p.peaks_for_kind(session, "cpu:AMD EPYC")
     assert peaks.usable_cores_seen == (2.0, 8.0) and peaks.usable_cores == 8.0
     spec = p.peaks_of(peaks, "float32", "spec")
-    assert spec is not None and spec.flops_per_s == pytest.approx(7.3728e12 * 8 / 96)
+    assert spec is not None and spec.flops_per_s == pytest.approx(7.3728e12 * 8 / 96 * 3.7 / 2.4)
 
 
 def test_spec_rows_stored_before_the_chip_was_recorded_are_still_scaled(store: Store) -> None:
@@ -631,7 +640,9 @@ def test_spec_rows_stored_before_the_chip_was_recorded_are_still_scaled(store: S
         "exact",
         4.0,
     )
-    assert peaks.spec_label == "AMD EPYC 9654 (Genoa) spec, scaled to 4 of 96 cores"
+    assert (
+        peaks.spec_label == "AMD EPYC 9654 (Genoa) spec, scaled to 4 of 96 cores at the boost clock"
+    )
 
 
 def test_record_peaks_stores_measured_and_spec_once(store: Store) -> None:

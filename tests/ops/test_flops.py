@@ -134,3 +134,24 @@ def test_an_op_that_needs_data_is_counted_on_the_cpu() -> None:
     cost = op_cost(spec)
     assert cost.device == "cpu"
     assert cost.flop_rule == "none"
+
+
+@pytest.mark.parametrize("groups", [1, 4, 32])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_convolutions_backward_costs_twice_its_forward_grouped_or_not(
+    groups: int, transposed: bool
+) -> None:
+    # torch's FlopCounterMode counts a depthwise conv's input gradient 32 times too much.
+    cls = torch.nn.ConvTranspose2d if transposed else torch.nn.Conv2d
+    conv = cls(32, 32, 3, padding=1, groups=groups, device="meta")
+    x = torch.empty(2, 32, 28, 28, device="meta", requires_grad=True)
+    with FlopTally() as forward:
+        y = conv(x)
+    macs = 2 * 28 * 28 * 32 * (32 // groups) * 9
+    assert forward.result.flops == 2 * macs
+    with FlopTally() as weight_only:
+        torch.autograd.grad(y, [conv.weight], torch.ones_like(y), retain_graph=True)
+    with FlopTally() as both:
+        torch.autograd.grad(y, [x, conv.weight], torch.ones_like(y))
+    assert weight_only.result.flops == 2 * macs
+    assert both.result.flops == 4 * macs and both.result.rule == "convolution"

@@ -87,6 +87,7 @@ def test_a_study_measures_every_run_once_and_resumes(
     assert len(broken) == 3 and all(o.status == "failed" and o.detail for o in broken)
     assert "no_such_factory" in broken[0].detail
     assert result.worker is not None and result.worker.done == 6
+    assert result.peaks_measured  # the report's measured roof
     assert (tmp_path / "specs" / "mlp-train-b2.yaml").is_file()
     with store.transaction(read_only=True) as session:
         model = queries.get_model(session, "mlp-train-b2")
@@ -103,6 +104,7 @@ def test_a_study_measures_every_run_once_and_resumes(
     assert [s for n, s in statuses.items() if not n.startswith("broken")] == ["stored"] * 6
     assert not any(o.harvested for o in again.outcomes)
     assert again.worker is not None and again.worker.done == 0
+    assert not again.peaks_measured
 
 
 def test_operators_are_measured_when_asked(store: Store, tmp_path: Path, fast: None) -> None:

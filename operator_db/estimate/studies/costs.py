@@ -108,8 +108,13 @@ class ModelTotals:
     """Estimated compulsory bytes of the backward (:func:`backward_bytes`)."""
 
 
-def model_totals(configs: Sequence[ModelConfig]) -> ModelTotals:
-    """Sum a model's configurations into :class:`ModelTotals` (opaque ones included)."""
+def model_totals(configs: Sequence[ModelConfig], *, params: object = None) -> ModelTotals:
+    """Sum a model's configurations into :class:`ModelTotals` (opaque ones included).
+
+    ``params`` is the model's parameter count its harvest recorded (``provenance["params"]``,
+    elements); where it is an integer it is the model's ``params``, since the sum over the
+    configurations misses the weights of traced custom leaves (inputs of their calls).
+    """
     t = ModelTotals()
     for mc in configs:
         cfg, count = mc.config, mc.count
@@ -120,6 +125,8 @@ def model_totals(configs: Sequence[ModelConfig]) -> ModelTotals:
         t.activation_bytes += count * activation_bytes(cfg.outputs, cfg.bytes)
         t.bytes_forward += count * (cfg.bytes or 0)
         t.bytes_backward += count * backward_bytes(cfg.inputs, cfg.outputs, cfg.bytes)
+    if isinstance(params, int) and not isinstance(params, bool):
+        t.params = params
     return t
 
 

@@ -215,9 +215,10 @@ def model_table(
     ``flops`` Σ count × forward FLOPs; ``flops_backward`` Σ count × backward FLOPs (training
     models, NaN when no configuration has one); ``step_flops`` the work of one measured call:
     ``flops`` for inference, ``flops + flops_backward`` for training; ``params`` the model's
-    distinct parameters (elements): Σ over configurations of params × the number of distinct
-    modules running it (its locations; its count where none are recorded), so a module called
-    twice counts once; ``step_bytes`` the compulsory bytes of one call (forward; + the backward
+    parameters (elements) as its harvest counted them (``provenance["params"]``; specs from before
+    that: Σ over configurations of params × the number of distinct modules running it, its
+    locations or its count where none are recorded, so a module called twice counts once);
+    ``step_bytes`` the compulsory bytes of one call (forward; + the backward
     estimate of :mod:`.costs` for training) and ``intensity`` ``step_flops / step_bytes``
     (FLOP/byte, NaN without bytes); ``achieved_flops_per_s`` ``step_flops / latency_s``;
     ``estimate_s`` the composed time Σ count × latest eager per-call time over the measured
@@ -248,7 +249,7 @@ def model_table(
     for (model_id, kind_id), run in runs.items():
         model, kind = by_id[model_id], kinds[kind_id]
         configs = configs_of[model_id]
-        totals = model_totals(configs)
+        totals = model_totals(configs, params=model.provenance.get("params"))
         step, step_bytes = step_figures(model.mode, totals)
         time_s = measured = calls = 0.0
         for mc in configs:
