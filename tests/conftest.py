@@ -62,6 +62,19 @@ def _postgres_unavailable() -> str | None:
     return None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _transformers_logs_to_the_session_stream() -> None:
+    """Configure transformers' log handler before any test swaps ``sys.stderr``.
+
+    The handler keeps the stream it first saw: first set up inside a test's ``capsys`` (a study
+    harvesting a transformers model), it would later write a "Logging error" traceback through
+    the closed capture into another test's output.
+    """
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.get_verbosity()
+
+
 @pytest.fixture(autouse=True)
 def _clean_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Keep tests away from the user's database and .env: settings read fresh, default in tmp."""

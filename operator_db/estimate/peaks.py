@@ -425,8 +425,11 @@ _MEASURED_FIELDS = (
 
 
 def _usable_cores_seen(session: Session, kind: DeviceKind | None) -> tuple[float, ...]:
-    """Return the distinct usable-core counts the kind's hosts recorded, ascending."""
-    if kind is None:
+    """Return the distinct usable-core counts the kind's hosts recorded, ascending.
+
+    Only a CPU's roof is scaled by them: other kinds are not asked (no query).
+    """
+    if kind is None or kind.type != "cpu":
         return ()
     found: set[float] = set()
     for host in queries.list_hosts(session, kind_id=kind.id):
