@@ -165,7 +165,7 @@ def test_custom_leaves_are_traced_into_their_calls(mixed: HarvestResult) -> None
     ]
     assert mixed.spec.provenance["custom_leaves"] == "trace"
     # The traced leaves' weights are inputs of their calls, yet the model's own count has them.
-    module_params = sum(op.count * (op.params or 0) for op in mixed.spec.operators)
+    module_params = sum((op.params or 0) * len(op.locations) for op in mixed.spec.operators)
     assert mixed.spec.provenance["params"] == sum(p.numel() for p in MixedNet().parameters())
     assert mixed.spec.provenance["params"] > module_params
     assert mixed.spec.provenance["traced"] == [
