@@ -10,11 +10,8 @@ to those FlopCounterMode gives 0. One rule counts an op's FLOPs:
   (fused SDPA kernels), ``+``-joined when several. What it leaves out (a Linear's bias add, the
   softmax inside attention) is left out here too, so Σ count × flops over the ops with such a rule
   is exactly what FlopCounterMode counts for the model (:func:`counted_by_flop_counter`).
-  One correction to FlopCounterMode: a convolution's backward costs what its forward did for the
-  input's gradient and again for the weight's (each MAC once), grouped or not; torch 2.13 counts
-  a grouped (depthwise) convolution's input gradient as if it were dense, ``groups`` times too
-  much (33× the forward for a 32-group depthwise conv), so ours replaces that formula
-  (:func:`conv_backward_flops`).
+  One correction (``ops/flop_fixes.py``): torch 2.13 counts a grouped convolution's input
+  gradient ``groups`` times too much; ours costs each gradient what the forward did.
 - Otherwise our formulas, per ATen op (``+``-joined categories when several):
 
   =================  ============================================================================
@@ -51,38 +48,14 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
+from torch.utils.flop_counter import FlopCounterMode
+
+from operator_db.ops.flop_fixes import conv_backward_flops
 
 COUNTER_RULES = frozenset({"matmul", "convolution", "attention", "flop_counter"})
 """Rule names that mean: FlopCounterMode counted these FLOPs."""
 
 _MATMUL = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm"})
-
-
-def conv_backward_flops(
-    grad_out_shape: Sequence[int],
-    x_shape: Sequence[int],
-    w_shape: Sequence[int],
-    _bias: object,
-    _stride: object,
-    _padding: object,
-    _dilation: object,
-    transposed: bool,
-    _output_padding: object,
-    _groups: int,
-    output_mask: Sequence[bool],
-    out_shape: object = None,
-    **_kwargs: Any,
-) -> int:
-    """FLOPs of ``aten.convolution_backward`` from shapes: the forward's, once per gradient asked.
-
-    The input's gradient is a transposed convolution of the output's gradient with the weight, the
-    weight's a convolution of the input with the output's gradient; each multiplies the same
-    pairs of elements as the forward (``conv_flop_count``, whose weight shape already holds
-    ``in_channels / groups``), so a grouped convolution's count stays grouped.
-    """
-    forward = conv_flop_count(list(x_shape), list(w_shape), list(grad_out_shape), transposed)
-    return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
 
 
 def counted_by_flop_counter(rule: str | None) -> bool:
