@@ -10,8 +10,7 @@ to those FlopCounterMode gives 0. One rule counts an op's FLOPs:
   (fused SDPA kernels), ``+``-joined when several. What it leaves out (a Linear's bias add, the
   softmax inside attention) is left out here too, so Σ count × flops over the ops with such a rule
   is exactly what FlopCounterMode counts for the model (:func:`counted_by_flop_counter`).
-  One correction (``ops/flop_fixes.py``): torch 2.13 counts a grouped convolution's input
-  gradient ``groups`` times too much; ours costs each gradient what the forward did.
+  Corrected: a grouped convolution's backward (``ops/flop_fixes.py``; torch over-counts it).
 - Otherwise our formulas, per ATen op (``+``-joined categories when several):
 
   =================  ============================================================================
@@ -33,8 +32,7 @@ to those FlopCounterMode gives 0. One rule counts an op's FLOPs:
   =================  ============================================================================
 
 Bytes are compulsory traffic: every input, parameter, buffer and output touched once (numel ×
-element size); an op that only makes views or touches nothing (``view``, ``transpose``,
-``contiguous`` on a contiguous tensor) moves 0 bytes.
+element size); an op that only makes views or touches nothing (``view``) moves 0 bytes.
 """
 
 from __future__ import annotations
