@@ -26,6 +26,7 @@ from operator_db.cli.ingest import ingest
 from operator_db.cli.report import report
 from operator_db.cli.serve import serve
 from operator_db.cli.study import study
+from operator_db.cli.sweep import sweep
 from operator_db.cli.work import enqueue, jobs_status, measure, worker
 from operator_db.errors import DeviceContextLostError, OperatorDBError
 
@@ -58,6 +59,7 @@ app.command()(peaks)
 app.command()(chips)
 app.command()(report)
 app.command()(study)
+app.command()(sweep)
 app.command()(doctor)
 
 
