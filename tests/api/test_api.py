@@ -12,16 +12,13 @@ from pydantic import SecretStr
 from api.app import create_app
 from operator_db.config import Settings
 from operator_db.db.migrate import head_revision
+from tests.api.common import AUTH, TOKEN, api_client
 from tests.helpers import EXAMPLE_SPECS, snapshot, spec_dict
-
-TOKEN = "s3cret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
 def client(db_url: str) -> Iterator[TestClient]:
-    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN))
-    with TestClient(create_app(settings)) as c:
+    with api_client(db_url) as c:
         yield c
 
 

@@ -16,19 +16,14 @@ from operator_db.config import Settings
 from operator_db.db import queries
 from operator_db.db.queries.devices import KIND_NAME_PATTERN
 from operator_db.db.store import Store
+from tests.api.common import AUTH, TOKEN, api_client
 from tests.door_cases import BAD_SPECS
-from tests.helpers import EXAMPLE_SPECS, relu_op, snapshot, spec_dict
-
-TOKEN = "s3cret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from tests.helpers import relu_op, snapshot, spec_dict
 
 
 @pytest.fixture
 def client(db_url: str) -> Iterator[TestClient]:
-    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN))
-    with TestClient(create_app(settings)) as c:
-        text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
-        assert c.post("/specs", params={"name": "ok.yaml"}, content=text, headers=AUTH).is_success
+    with api_client(db_url, ["mlp-small-b8"]) as c:
         yield c
 
 

@@ -7,22 +7,15 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 from api.app import create_app
 from operator_db.config import Settings
-from tests.helpers import EXAMPLE_SPECS
-
-TOKEN = "s3cret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from tests.api.common import AUTH, api_client
 
 
 @pytest.fixture
 def client(db_url: str) -> Iterator[TestClient]:
-    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN))
-    with TestClient(create_app(settings)) as c:
-        text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
-        assert c.post("/specs", content=text, headers=AUTH).is_success
+    with api_client(db_url, ["mlp-small-b8"]) as c:
         yield c
 
 

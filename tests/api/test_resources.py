@@ -7,25 +7,17 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
-from api.app import create_app
-from operator_db.config import Settings
-from tests.helpers import EXAMPLE_SPECS, measure_everything
+from tests.api.common import AUTH, api_client
+from tests.helpers import measure_everything
 
-TOKEN = "s3cret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 H100 = "NVIDIA H100 80GB HBM3"
 SPECS = ("mlp-small-b8", "mlp-deep-b8")
 
 
 @pytest.fixture
 def client(db_url: str) -> Iterator[TestClient]:
-    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN))
-    with TestClient(create_app(settings)) as c:
-        for name in SPECS:
-            text = (EXAMPLE_SPECS / f"{name}.yaml").read_text()
-            assert c.post("/specs", params={"name": name}, content=text, headers=AUTH).is_success
+    with api_client(db_url, SPECS) as c:
         yield c
 
 

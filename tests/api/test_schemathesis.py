@@ -20,19 +20,14 @@ from typing import Any
 
 import pytest
 import schemathesis
-from fastapi.testclient import TestClient
 from hypothesis import strategies as st
-from pydantic import SecretStr
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events
 from schemathesis.generation import GenerationMode
 
-from api.app import create_app
-from operator_db.config import Settings
-from tests.helpers import EXAMPLE_SPECS, measure_everything
+from tests.api.common import AUTH, api_client
+from tests.helpers import measure_everything
 
-TOKEN = "s3cret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 KIND = "NVIDIA H100 80GB HBM3"
 EXAMPLES = 12
 """Examples per operation and phase (the coverage phase adds its boundary cases)."""
@@ -68,16 +63,9 @@ CONFIG = SchemathesisConfig.from_dict(
 
 @pytest.fixture
 def api_schema(db_url: str) -> Iterator[Any]:
-    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN))
-    app = create_app(settings)
-    with TestClient(app) as client:  # runs the lifespan: the store is open
-        for name in ("mlp-small-b8", "mlp-deep-b8"):
-            text = (EXAMPLE_SPECS / f"{name}.yaml").read_text()
-            assert client.post(
-                "/specs", params={"name": name}, content=text, headers=AUTH
-            ).is_success
+    with api_client(db_url, ["mlp-small-b8", "mlp-deep-b8"]) as client:  # the store is open
         measure_everything(db_url, KIND)
-        schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=CONFIG)
+        schema = schemathesis.openapi.from_asgi("/openapi.json", client.app, config=CONFIG)
         _add_hostile_strategies(schema)
         yield schema
 
