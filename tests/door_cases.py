@@ -57,7 +57,15 @@ BAD_SPECS: dict[str, tuple[str, str]] = {
     ),
     "count beyond 64 bits": (
         _spec({**relu_op([4, 4]), "count": 2**63}),
-        f"operators[0].count: must be <= {2**63 - 1}, got {2**63}",
+        f"operators[0].count: must be <= {2**31 - 1}, got {2**63}",
+    ),
+    "count beyond its 32-bit column": (
+        _spec({**relu_op([4, 4]), "count": 5_892_888_712}),  # PostgreSQL said "out of range"
+        f"operators[0].count: must be <= {2**31 - 1}, got 5892888712",
+    ),
+    "batch size beyond its 32-bit column": (
+        _spec(batch_size=2**31),
+        f"model.batch_size: must be <= {2**31 - 1}, got {2**31}",
     ),
     "params beyond 64 bits": (
         _spec({**relu_op([4, 4]), "params": 10**30}),

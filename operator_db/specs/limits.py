@@ -19,6 +19,8 @@ INT64_MIN = -(2**63)
 """Smallest integer accepted anywhere in a spec."""
 INT64_MAX = 2**63 - 1
 """Largest integer accepted anywhere in a spec (and largest sum of ``count`` × FLOPs, ...)."""
+INT32_MAX = 2**31 - 1
+"""Largest ``count`` (calls per forward) and ``batch_size``: stored in 32-bit integer columns."""
 MAX_JSON_BYTES = 64 * 1024
 """Largest free-form JSON field, in bytes of compact JSON."""
 MAX_JSON_DEPTH = 32

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from operator_db.specs.limits import (
+    INT32_MAX,
     INT64_MAX,
     MAX_LOCATION_CHARS,
     MAX_LOCATIONS,
@@ -78,7 +79,7 @@ MAX_NUMEL = 2**40
 allocates); where specs come in, the lower ``OPDB_MAX_TENSOR_NUMEL`` applies (ops/admission.py)."""
 
 Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
-Count = Annotated[int, Field(ge=1, le=INT64_MAX)]
+Count = Annotated[int, Field(ge=1, le=INT32_MAX)]
 NonNegative = Annotated[int, Field(ge=0, le=INT64_MAX)]
 OpName = Annotated[
     str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", max_length=300)

@@ -9,7 +9,13 @@ import yaml
 
 from operator_db.errors import SpecError
 from operator_db.specs import load_spec_text, parse_spec
-from operator_db.specs.limits import INT64_MAX, INT64_MIN, MAX_JSON_BYTES, MAX_JSON_STRING
+from operator_db.specs.limits import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_JSON_BYTES,
+    MAX_JSON_STRING,
+)
 from tests.helpers import linear_op, spec_dict
 
 
@@ -21,7 +27,18 @@ def spec_error(data: Any) -> str:
     return message
 
 
-@pytest.mark.parametrize("field", ["count", "flops", "flops_backward", "bytes", "params"])
+def test_count_and_batch_size_fit_their_32_bit_columns() -> None:
+    data = spec_dict()
+    data["operators"][0]["count"] = 2**31
+    assert spec_error(data) == f"x.yaml: operators[0].count: must be <= {INT32_MAX}, got {2**31}"
+    data["operators"][0]["count"] = INT32_MAX
+    parse_spec(data, "x.yaml")
+    data = spec_dict()
+    data["model"]["batch_size"] = 2**31
+    assert spec_error(data) == f"x.yaml: model.batch_size: must be <= {INT32_MAX}, got {2**31}"
+
+
+@pytest.mark.parametrize("field", ["flops", "flops_backward", "bytes", "params"])
 def test_integers_beyond_64_bits_are_refused(field: str) -> None:
     data = spec_dict()
     data["operators"][0][field] = 2**63
@@ -45,9 +62,9 @@ def test_batch_size_and_value_range_are_64_bit() -> None:
 
 def test_model_totals_must_fit_64_bits() -> None:
     data = spec_dict()
-    data["operators"][0] |= {"count": 2**40, "flops": 2**40}
+    data["operators"][0] |= {"count": 2**30, "flops": 2**40}
     assert spec_error(data) == (
-        f"x.yaml: the model's flops (count × flops, summed over operators) is {2**80 + 2 * 128}, "
+        f"x.yaml: the model's flops (count × flops, summed over operators) is {2**70 + 2 * 128}, "
         "over 2**63 - 1"
     )
 
