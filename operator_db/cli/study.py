@@ -18,19 +18,19 @@ if TYPE_CHECKING:
     from operator_db.worker.daemon import WorkerEvent
 
 
-def _sizes(text: str | None, option: str) -> list[int] | None:
-    """Parse ``1,2,4`` (None: not given; "" or "0": none at all)."""
+def _sizes(text: str | None) -> list[int] | None:
+    """Parse ``1,2,4`` as ``opdb harvest -b`` does (None: not given; "" or "0": none at all).
+
+    Raises:
+        HarvestError: not positive integers.
+    """
+    from operator_db.harvest import parse_batch_sizes
+
     if text is None:
         return None
     if text.strip() in ("", "0"):
         return []
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or any(size < 1 for size in sizes):
-        raise typer.BadParameter(f"{option} takes positive integers like 1,2,4 (or 0 for none)")
-    return sizes
+    return parse_batch_sizes(text)
 
 
 def _summary(result: StudyResult) -> Table:
@@ -107,8 +107,8 @@ def study(
             items = plan(
                 chosen,
                 models=models,
-                batch_sizes=_sizes(batch_size, "--batch-size"),
-                training_batch_sizes=_sizes(training_batch_size, "--training-batch-size"),
+                batch_sizes=_sizes(batch_size),
+                training_batch_sizes=_sizes(training_batch_size),
             )
             count = len({i.model.name for i in items})
             console.print(

@@ -175,19 +175,25 @@ def parse_values(items: Sequence[str]) -> dict[str, list[int]]:
     return found
 
 
-def points(sweep: Sweep, overrides: Values | None = None) -> Iterator[dict[str, int]]:
-    """Yield the grid's points, its dimensions in order (``overrides`` replace their values).
+def grid_values(sweep: Sweep, overrides: Values | None = None) -> dict[str, list[int]]:
+    """Return the grid's values per dimension, in order, ``overrides`` replacing the defaults.
 
     Raises:
         InvalidInputError: an override names a dimension the sweep does not have.
     """
-    grid = dict(sweep.grid)
+    grid = {name: list(values) for name, values in sweep.grid.items()}
     for name, values in (overrides or {}).items():
         if name not in grid:
             raise InvalidInputError(
                 f"sweep {sweep.name} has no dimension {name!r} (it has {', '.join(grid)})"
             )
         grid[name] = list(values)
+    return grid
+
+
+def points(sweep: Sweep, overrides: Values | None = None) -> Iterator[dict[str, int]]:
+    """Yield the grid's points, its dimensions in order (see :func:`grid_values`)."""
+    grid = grid_values(sweep, overrides)
     for combo in itertools.product(*grid.values()):
         yield dict(zip(grid, combo, strict=True))
 
@@ -217,7 +223,8 @@ def sweep_spec(
     Raises:
         InvalidInputError: more than ``limit`` points, or a bad override.
     """
-    grid = list(points(sweep, overrides))
+    values = grid_values(sweep, overrides)
+    grid = list(points(sweep, values))
     if len(grid) > limit:
         raise InvalidInputError(
             f"sweep {sweep.name} has {len(grid)} points, over the limit of {limit}: fewer values"
@@ -239,7 +246,7 @@ def sweep_spec(
                 }
             )
         )
-    dims = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in points_grid(sweep, overrides))
+    dims = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in values.items())
     return Spec(
         spec_version=SPEC_VERSION,
         model=ModelInfo(
@@ -249,10 +256,3 @@ def sweep_spec(
         operators=operators,
         provenance={"tool": "opdb sweep", "sweep": sweep.name},
     )
-
-
-def points_grid(sweep: Sweep, overrides: Values | None = None) -> list[tuple[str, list[int]]]:
-    """Return the grid's dimensions and values after ``overrides``."""
-    grid = {k: list(v) for k, v in sweep.grid.items()}
-    grid.update({k: list(v) for k, v in (overrides or {}).items() if k in grid})
-    return list(grid.items())

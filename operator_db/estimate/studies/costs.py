@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from operator_db.db.models import Model
 from operator_db.db.queries import ModelConfig
 from operator_db.specs.schema import DTYPE_BYTES
 
@@ -108,13 +109,14 @@ class ModelTotals:
     """Estimated compulsory bytes of the backward (:func:`backward_bytes`)."""
 
 
-def model_totals(configs: Sequence[ModelConfig], *, params: object = None) -> ModelTotals:
+def model_totals(model: Model, configs: Sequence[ModelConfig]) -> ModelTotals:
     """Sum a model's configurations into :class:`ModelTotals` (opaque ones included).
 
-    ``params`` is the model's parameter count its harvest recorded (``provenance["params"]``,
-    elements); where it is an integer it is the model's ``params``, since the sum over the
-    configurations misses the weights of traced custom leaves (inputs of their calls).
+    ``params`` is the parameter count the model's harvest recorded (``provenance["params"]``,
+    elements) where it is an integer, since the sum over the configurations misses the weights of
+    traced custom leaves (inputs of their calls); specs from before that get the sum.
     """
+    params = (model.provenance or {}).get("params")
     t = ModelTotals()
     for mc in configs:
         cfg, count = mc.config, mc.count

@@ -83,7 +83,7 @@ def complexity_table(session: Session, *, models: Sequence[str] | None = None) -
     configs_of = queries.models_configs(session, [m.id for m in chosen])
     records = []
     for model in chosen:
-        totals = model_totals(configs_of[model.id], params=model.provenance.get("params"))
+        totals = model_totals(model, configs_of[model.id])
         step, step_bytes = step_figures(model.mode, totals)
         records.append(
             {

@@ -249,7 +249,7 @@ def model_table(
     for (model_id, kind_id), run in runs.items():
         model, kind = by_id[model_id], kinds[kind_id]
         configs = configs_of[model_id]
-        totals = model_totals(configs, params=model.provenance.get("params"))
+        totals = model_totals(model, configs)
         step, step_bytes = step_figures(model.mode, totals)
         time_s = measured = calls = 0.0
         for mc in configs:
