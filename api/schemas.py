@@ -101,6 +101,24 @@ class ModelDetail(ModelSummaryOut):
     )
 
 
+class PredictorOut(BaseModel):
+    """One stored cost model of an operator type on a device kind (``opdb predict train``)."""
+
+    version: int = Field(description="Training run; estimates use the newest.")
+    op: str = Field(description="Operator type, or '*' for the fallback over every type.")
+    target: str = Field(description="time or energy.")
+    samples: int = Field(description="Configurations it was fitted on.")
+    estimator: str = Field(description="boosting, ridge, or fallback (the '*' model predicts).")
+    cv_median_error: float | None = Field(description="Median |error| across its CV folds.")
+    level: float = Field(description="Nominal coverage of its intervals.")
+    interval_factor: float = Field(
+        description="Its interval is the prediction ÷/× this factor (before the roof floor)."
+    )
+    data_hash: str = Field(description="SHA-256 identity of the training data.")
+    trained_at: Timestamp
+    library: dict[str, Any]
+
+
 class EstimateOut(BaseModel):
     """A model's composed cost on a device kind (times in s, energies in J)."""
 
@@ -135,6 +153,22 @@ class EstimateOut(BaseModel):
     energy_error: float | None
     roofline_time_s: float | None
     peaks: dict[str, Any] | None
+    predicted: int = Field(
+        description="Configurations whose cost is predicted (predict=true), not measured."
+    )
+    coverage_predicted: float = Field(description="Predicted calls / all calls of the model.")
+    predicted_time_s: float = Field(description="The predicted part of time_s, in s.")
+    time_low_s: float | None = Field(
+        description="With predictions: time_s with each predicted configuration at its "
+        "interval's low end, in s."
+    )
+    time_high_s: float | None = Field(description="The same at the high end, in s.")
+    total_time_low_s: float | None = Field(description="total_time_s at time_low_s, in s.")
+    total_time_high_s: float | None = Field(description="total_time_s at time_high_s, in s.")
+    predictor: dict[str, Any] | None = Field(
+        description="The predictor used: version, device kind, trained_at, samples, data_hash, "
+        "level; null without predictions."
+    )
     warnings: list[str] = Field(
         description="What makes the figure rest on something else than measured operators: a "
         "coverage gap (configurations not measured yet, opaque ones) or time between operators "
@@ -143,7 +177,8 @@ class EstimateOut(BaseModel):
     notes: list[str]
     by_op: list[dict[str, Any]]
     configurations: list[dict[str, Any]] = Field(
-        description="A page of the configurations, costliest (count × per-call time) first."
+        description="A page of the configurations, costliest (count × per-call time) first; "
+        "'source' says whether a row's cost is measured or predicted."
     )
     configurations_total: int = Field(description="How many configurations the model has.")
 

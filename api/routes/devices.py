@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter
 
 from api.deps import ReadSessionDep
 from api.routes.common import READ
-from api.schemas import DeviceKindDetail, DeviceKindOut, HostOut, PeakOut
+from api.schemas import DeviceKindDetail, DeviceKindOut, HostOut, PeakOut, PredictorOut
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind, Host
 
@@ -41,6 +43,28 @@ def get_device_kind(name: str, session: ReadSessionDep) -> DeviceKindDetail:
         PeakOut.model_validate(p, from_attributes=True) for p in queries.peak_rows(session, kind.id)
     ]
     return DeviceKindDetail(**_kind_out(kind).model_dump(), hosts=hosts, peaks=peaks)
+
+
+@router.get("/device-kinds/{name}/predictors")
+def list_predictors(name: str, session: ReadSessionDep) -> list[PredictorOut]:
+    """List the kind's stored cost models, newest version first (`opdb predict train`)."""
+    kind = queries.get_device_kind(session, name)
+    return [
+        PredictorOut(
+            version=p.version,
+            op=p.op,
+            target=p.target,
+            samples=p.samples,
+            estimator=str(p.library.get("estimator", "")),
+            cv_median_error=p.cv_median_error,
+            level=p.level,
+            interval_factor=math.exp(min(p.interval_ln, 700.0)),
+            data_hash=p.data_hash,
+            trained_at=p.created_at,
+            library=p.library,
+        )
+        for p in queries.list_predictors(session, [kind.id])
+    ]
 
 
 @router.get("/hosts")

@@ -11,8 +11,9 @@ from api.routes.common import READ, WRITE, Limit, Name, Offset
 from api.schemas import EstimateOut, ModelDetail, ModelSummaryOut, OperatorOut, Page
 from operator_db.config import Settings
 from operator_db.db import queries
-from operator_db.estimate.compose import estimate_model, finite_values
+from operator_db.estimate.compose import estimate_model
 from operator_db.estimate.rooflines import model_roofline
+from operator_db.estimate.rows import finite_values
 
 router = APIRouter(tags=["models"], dependencies=READ)
 writes = APIRouter(tags=["models"], dependencies=WRITE)
@@ -86,13 +87,15 @@ def get_estimate(
     energy: Literal["total", "dynamic"] = "total",
     cache_mode: Literal["warm", "cold"] = "warm",
     aggregate: Literal["latest", "median"] = "latest",
+    predict: bool = False,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> EstimateOut:
     """Compose the model's time and energy on a device kind from its measured operators.
 
     The same figures as `opdb estimate`; the configurations come a page at a time, costliest
-    first.
+    first. `predict=true` fills the configurations not measured on the kind with its newest
+    predictor (`opdb predict train`), with an interval; 404 where the kind has none.
     """
     est = estimate_model(
         session,
@@ -104,6 +107,7 @@ def get_estimate(
         cache_mode=cache_mode,
         aggregate=aggregate,
         between_ops_warn=settings.estimate_between_ops_warn,
+        predict=predict,
     )
     ranked = est.ranked_config_rows()
     summary = finite_values(est.summary())

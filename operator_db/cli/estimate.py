@@ -26,8 +26,12 @@ KindOption = Annotated[
 ]
 
 
-def pick_kind(session: Session, model_name: str, kind: str | None) -> str:
+def pick_kind(
+    session: Session, model_name: str, kind: str | None, *, predicted: bool = False
+) -> str:
     """Return ``kind``, or the only device kind with measurements of the model.
+
+    ``predicted``: where none has, the only kind with a predictor.
 
     Raises:
         NotFoundError: none or several kinds qualify (the message lists them).
@@ -37,6 +41,9 @@ def pick_kind(session: Session, model_name: str, kind: str | None) -> str:
     from operator_db.db import queries
 
     kinds = queries.kinds_measuring_model(session, queries.get_model(session, model_name).id)
+    if not kinds and predicted:
+        ids = {p.device_kind_id for p in queries.list_predictors(session)}
+        kinds = {k.name for k in queries.device_kinds(session) if k.id in ids}
     if len(kinds) == 1:
         return kinds.pop()
     if not kinds:
@@ -63,6 +70,19 @@ def _print_estimate(est: Estimate, top: int) -> None:
     run_energy = "-" if est.full_run_energy_j is None else f"{est.full_run_energy_j * 1e3:.3f} mJ"
     head = Table(show_header=False, title=f"{est.model} ({est.mode}) on {est.device_kind}")
     head.add_row("operators (Σ count × per-call)", f"{_ms(est.time_s)} ms, {energy}")
+    if est.predicted:
+        who = est.predictor or {}
+        head.add_row(
+            "of which predicted",
+            f"{_ms(est.predicted_time_s)} ms: {est.predicted} configurations, "
+            f"{est.coverage_predicted:.1%} of calls (predictor v{who.get('version')}, "
+            f"{who.get('samples')} configurations)",
+        )
+        level = who.get("level")
+        head.add_row(
+            f"{level:.0%} interval" if isinstance(level, float) else "interval",
+            f"{_ms(est.total_time_bounds_s[0])} – {_ms(est.total_time_bounds_s[1])} ms",
+        )
     if est.host_time_s is not None:
         head.add_row(
             "host stage (issue: hollow run + modules)",
@@ -131,17 +151,20 @@ def _print_estimate(est: Estimate, top: int) -> None:
         title=f"largest {top} configurations",
     )
     for r in est.ranked_config_rows()[:top]:
-        measured = r["measured"]
+        known = r["source"] is not None
+        mark = "~" if r["source"] == "predicted" else ""  # predicted, not measured
         cfgs.add_row(
             str(r["op"]),
             str(r["inputs"]),
             str(r["count"]),
-            "-" if not measured else f"{r['time_per_call_s'] * 1e6:.1f}",
-            _ms(r["time_s"] if measured else None),
-            "-" if not measured or r["time_share"] is None else f"{r['time_share']:.1%}",
+            "-" if not known else f"{mark}{r['time_per_call_s'] * 1e6:.1f}",
+            "-" if not known else mark + _ms(r["time_s"]),
+            "-" if not known or r["time_share"] is None else f"{r['time_share']:.1%}",
             str(r["flags"] or ""),
         )
     console.print(cfgs)
+    if est.predicted:
+        console.print("~: predicted, not measured")
     for note in est.notes:
         console.print(f"note: {note}")
 
@@ -167,6 +190,13 @@ def estimate(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the per-configuration CSV.")] = False,
     top: Annotated[int, typer.Option(help="Configurations listed in the table.")] = 15,
+    predict: Annotated[
+        bool,
+        typer.Option(
+            "--predict",
+            help="Predict the configurations not measured on the kind (`opdb predict train`).",
+        ),
+    ] = False,
     db: DatabaseOption = None,
 ) -> None:
     """Estimate MODEL's time and energy on a device kind from its measured operators."""
@@ -186,7 +216,7 @@ def estimate(
     from operator_db.estimate.peaks import best_peaks, peaks_for_kind
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
-        kind = pick_kind(session, model, device_kind)
+        kind = pick_kind(session, model, device_kind, predicted=predict)
         info = queries.get_model(session, model)
         peaks = best_peaks(peaks_for_kind(session, kind), info.dtype)
         est = estimate_model(
@@ -199,6 +229,7 @@ def estimate(
             aggregate="median" if aggregate == "median" else "latest",
             cache_mode="cold" if cache == "cold" else "warm",
             between_ops_warn=get_settings().estimate_between_ops_warn,
+            predict=predict,
         )
     if as_json:
         sys.stdout.write(json.dumps(est.as_dict(), indent=2, allow_nan=False) + "\n")

@@ -17,6 +17,7 @@ from operator_db import __version__
 from operator_db.cli import db as db_cli
 from operator_db.cli import models as models_cli
 from operator_db.cli import ncu as ncu_cli
+from operator_db.cli import predict as predict_cli
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
 from operator_db.cli.doctor import doctor
@@ -45,6 +46,7 @@ app = typer.Typer(
 app.add_typer(db_cli.app, name="db")
 app.add_typer(models_cli.app, name="models")
 app.add_typer(ncu_cli.app, name="ncu")
+app.add_typer(predict_cli.app, name="predict")
 app.command()(harvest)
 app.command()(ingest)
 app.command()(demo)

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -61,6 +62,7 @@ ACTIVE_JOB_STATUSES = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 """Statuses of a job that still holds its target: at most one such job per target and kind."""
 PEAK_SOURCES = ("spec", "measured")
 TIMINGS = ("eager", "graph")
+PREDICTOR_TARGETS = ("time", "energy")
 
 
 def utcnow() -> datetime:
@@ -390,3 +392,42 @@ class NcuCounter(Base):
     """When it was imported."""
 
     __table_args__ = (Index("ix_ncu_counters_lookup", "device_kind_id", "config_id", "created_at"),)
+
+
+class Predictor(Base):
+    """One fitted cost model of an operator type on a device kind (``opdb predict train``).
+
+    A training run stores one row per (operator type, target) under one ``version`` per kind; the
+    newest version is the one estimates use. ``op`` ``*`` is the fallback over every type. The
+    estimator predicts ln(per-call cost / roofline bound) from the configuration's features
+    (``estimate/predict/features.py``), with the bound drawn from ``peaks``; it is a pickled
+    scikit-learn object, loaded only with the library version in ``library``.
+    """
+
+    __tablename__ = "predictors"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    op: Mapped[str] = mapped_column(String(300))
+    target: Mapped[str] = mapped_column(_enum(PREDICTOR_TARGETS, "predictor_target"))
+    samples: Mapped[int] = mapped_column(Integer)
+    """Configurations it was fitted on."""
+    features: Mapped[list[Any]] = mapped_column(default=list)
+    """The feature names, in the estimator's column order."""
+    estimator: Mapped[bytes] = mapped_column(LargeBinary)
+    interval_ln: Mapped[float] = mapped_column(Float)
+    """Half-width of the conformal interval at ``level``, in ln units of the cost."""
+    level: Mapped[float] = mapped_column(Float)
+    """Nominal coverage of the interval (e.g. 0.9)."""
+    cv_median_error: Mapped[float | None] = mapped_column(Float)
+    """Median |predicted − measured| / measured over its cross-validation folds."""
+    data_hash: Mapped[str] = mapped_column(String(64))
+    """SHA-256 of the training data (configuration keys, figures, peaks): its identity."""
+    peaks: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """The roofs the bounds were drawn with, by dtype: ``{"float32": [FLOP/s, B/s]}``."""
+    library: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """Versions of what fitted it (``scikit-learn``, ``operator-db``)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    __table_args__ = (UniqueConstraint("device_kind_id", "version", "op", "target"),)

@@ -12,8 +12,7 @@ between operators that is a large share of the estimate (opaque work runs there 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,6 +22,13 @@ from operator_db.db import queries
 from operator_db.db.queries import Aggregate, Figure
 from operator_db.estimate.peaks import best_peaks, kind_peaks
 from operator_db.estimate.roofline import Peaks
+from operator_db.estimate.rows import (
+    between_warnings,
+    by_op,
+    coverage_warnings,
+    finite_values,
+    sum_known,
+)
 
 if TYPE_CHECKING:  # pandas only where a table is asked for: `opdb estimate` prints the rows
     import pandas as pd
@@ -46,8 +52,11 @@ CONFIG_COLUMNS = [
     "bytes",
     "params",
     "measured",
+    "source",
     "timing",
     "time_per_call_s",
+    "time_low_per_call_s",
+    "time_high_per_call_s",
     "time_s",
     "host_time_per_call_s",
     "energy_per_call_j",
@@ -108,6 +117,18 @@ class Estimate:
     """What makes the figure rest on something else than measured operators: a coverage gap
     (configurations not measured yet, opaque ones), or time between operators above the
     ``between_ops_warn`` share of the estimate. Empty when the estimate is whole."""
+    predicted: int = 0
+    """Configurations whose cost is predicted, not measured (``estimate/predict``)."""
+    coverage_predicted: float = 0.0
+    """Predicted calls / all calls of the model."""
+    predicted_time_s: float = 0.0
+    """The predicted configurations' share of ``time_s``, in s."""
+    time_low_s: float | None = None
+    time_high_s: float | None = None
+    """With predictions: the interval of ``time_s`` (measured part as it is, each predicted
+    configuration at its interval's end), in s; None without predictions."""
+    predictor: dict[str, Any] | None = None
+    """The predictor used (version, training data, level), None without predictions."""
 
     @property
     def between_ops_share(self) -> float | None:
@@ -152,6 +173,14 @@ class Estimate:
         return self.time_s
 
     @property
+    def total_time_bounds_s(self) -> tuple[float | None, float | None]:
+        """With predictions: ``total_time_s`` at the ends of the operators' interval, in s."""
+        if self.time_low_s is None or self.time_high_s is None:
+            return None, None
+        ends = [replace(self, time_s=t).total_time_s for t in (self.time_low_s, self.time_high_s)]
+        return ends[0], ends[1]
+
+    @property
     def bound_by(self) -> Literal["device", "host"] | None:
         """GPU: which pipeline stage bounds the estimate; None where there is no pipeline."""
         if self.adds_between or self.host_time_s is None:
@@ -185,7 +214,7 @@ class Estimate:
         """Σ count × max(FLOPs / peak FLOP/s, bytes / peak bandwidth), in s (a lower bound)."""
         if self.peaks is None:
             return None
-        return _sum(r["roofline_time_s"] for r in self.config_rows)
+        return sum_known(r["roofline_time_s"] for r in self.config_rows)
 
     def ranked_config_rows(self) -> list[dict[str, Any]]:
         """Return ``config_rows`` costliest first, the unmeasured last, ties in spec order."""
@@ -229,6 +258,14 @@ class Estimate:
             "energy_error": self.energy_error,
             "roofline_time_s": self.roofline_time_s,
             "peaks": None if self.peaks is None else vars(self.peaks),
+            "predicted": self.predicted,
+            "coverage_predicted": self.coverage_predicted,
+            "predicted_time_s": self.predicted_time_s,
+            "time_low_s": self.time_low_s,
+            "time_high_s": self.time_high_s,
+            "total_time_low_s": self.total_time_bounds_s[0],
+            "total_time_high_s": self.total_time_bounds_s[1],
+            "predictor": self.predictor,
             "warnings": self.warnings,
             "notes": self.notes,
         }
@@ -251,6 +288,7 @@ def estimate_model(
     aggregate: AggregateChoice = "latest",
     cache_mode: CacheChoice = "warm",
     between_ops_warn: float = BETWEEN_OPS_WARN,
+    predict: bool = False,
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
@@ -264,10 +302,11 @@ def estimate_model(
     roofline; ``"best"`` takes the kind's best-known ones for the model's dtype
     (:func:`~operator_db.estimate.peaks.best_peaks`), None none.
     ``between_ops_warn`` is the share of the estimate above which the time between operators is
-    a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``).
+    a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``). ``predict`` fills the configurations not
+    measured on the kind with the kind's newest predictor (``estimate/predict/mix.py``).
 
     Raises:
-        NotFoundError: unknown model or device kind.
+        NotFoundError: unknown model or device kind; ``predict`` and no predictor for the kind.
     """
     model = queries.get_model(session, model_name)
     kind = queries.get_device_kind(session, device_kind)
@@ -302,8 +341,11 @@ def estimate_model(
                 "bytes": cfg.bytes,
                 "params": cfg.params,
                 "measured": time_per_call is not None,
+                "source": "measured" if time_per_call is not None else None,
                 "timing": used if time_per_call is not None else None,
                 "time_per_call_s": time_per_call,
+                "time_low_per_call_s": None,
+                "time_high_per_call_s": None,
                 "time_s": None if time_per_call is None else cfg.count * time_per_call,
                 "host_time_per_call_s": None if chosen is None else chosen.host_time_per_call_s,
                 "energy_per_call_j": energy_per_call,
@@ -316,7 +358,7 @@ def estimate_model(
     # The figures come from the rows in plain Python (an API request's cost is mostly here; the
     # tables are built only when asked for), with pandas' rules: a sum skips unknowns (None).
     # Coverage counts every call, opaque ones too: they are never measured.
-    total_time = _sum(r["time_s"] for r in records)
+    total_time = sum_known(r["time_s"] for r in records)
     for r in records:
         known = r["time_s"] is not None and total_time > 0
         r["time_share"] = r["time_s"] / total_time if known else None
@@ -326,16 +368,16 @@ def estimate_model(
     coverage = sum(r["count"] for r in done) / counted if counted else 0.0
     coverage_roofline = None
     if peaks is not None and records:
-        total_roof = _sum(r["roofline_time_s"] for r in records)
+        total_roof = sum_known(r["roofline_time_s"] for r in records)
         if total_roof > 0:
-            coverage_roofline = _sum(r["roofline_time_s"] for r in done) / total_roof
+            coverage_roofline = sum_known(r["roofline_time_s"] for r in done) / total_roof
     energies = [r["energy_j"] for r in records if r["measured"]]
     energy_total = (
         math.fsum(e for e in energies if e is not None)
         if energies and all(e is not None for e in energies)
         else None
     )
-    op_rows = _by_op(records, total_time)
+    op_rows = by_op(records, total_time)
     run = runs.get((model.id, kind.id, "graph" if timing == "graph" else "eager")) or runs.get(
         (model.id, kind.id, "eager")
     )
@@ -345,7 +387,7 @@ def estimate_model(
     unmeasured = [r["key"] for r in measurable if not r["measured"]]
     opaque_rows = [r for r in records if r["form"] == "opaque"]
     opaque = len(opaque_rows)
-    warnings = _coverage_warnings(coverage, coverage_roofline, unmeasured, opaque_rows)
+    warnings = coverage_warnings(coverage, coverage_roofline, unmeasured, opaque_rows)
     if energy_total is None and len(energies):
         notes.append("energy unavailable for some configurations: no energy estimate")
     between = _between_ops(run, records)
@@ -368,8 +410,8 @@ def estimate_model(
             "an operator and is only in the full run"
         )
     if adds_between and between is not None:
-        warnings += _between_warnings(between, total_time, between_ops_warn)
-    return Estimate(
+        warnings += between_warnings(between, total_time, between_ops_warn)
+    est = Estimate(
         model=model.name,
         device_kind=kind.name,
         mode=model.mode,
@@ -393,82 +435,11 @@ def estimate_model(
         cache_mode=cache_mode,
         warnings=warnings,
     )
+    if not predict:
+        return est
+    from operator_db.estimate.predict.mix import add_predictions  # scikit-learn behind it
 
-
-def _between_warnings(between_s: float, operators_s: float, limit: float) -> list[str]:
-    """Warn when the time between operators, added to them, is over ``limit`` of the total."""
-    between_s = max(between_s, 0.0)
-    total = operators_s + between_s
-    if total <= 0 or between_s / total <= limit:
-        return []
-    return [
-        f"time between operators (hollow run) is {between_s / total:.1%} of the estimate, over "
-        f"{limit:.0%} (OPDB_ESTIMATE_BETWEEN_OPS_WARN): the figure rests on it, not on measured "
-        "operators; opaque modules and calls the spec skipped run there for real, as does the "
-        "Python between operators"
-    ]
-
-
-def _coverage_warnings(
-    coverage: float,
-    coverage_roofline: float | None,
-    unmeasured: list[str],
-    opaque_rows: list[dict[str, Any]],
-) -> list[str]:
-    """Say what the operators' sum leaves out: configurations not measured yet, opaque ones."""
-    if coverage >= 1:
-        return []
-    share = f"{coverage:.1%} of calls" + (
-        "" if coverage_roofline is None else f", {coverage_roofline:.1%} of roofline-bound time"
-    )
-    found = [f"coverage {share} measured: the operators' sum leaves out the rest"]
-    if unmeasured:
-        found.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
-    if len(opaque_rows):
-        calls = sum(r["count"] for r in opaque_rows)
-        names = ", ".join(dict.fromkeys(r["op"] for r in opaque_rows))
-        found.append(
-            f"{len(opaque_rows)} opaque configurations ({calls} calls: {names[:300]}) cannot be "
-            "measured and are left out of the operators' sum"
-        )
-    return found
-
-
-def finite_values(row: dict[str, Any]) -> dict[str, Any]:
-    """Return ``row`` with each NaN or infinite float replaced by None (JSON has neither)."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
-
-
-def _sum(values: Iterable[float | None]) -> float:
-    """Return the sum of the known values (None skipped, as pandas does), 0.0 for none."""
-    return math.fsum(v for v in values if v is not None)
-
-
-def _by_op(records: list[dict[str, Any]], total_time: float) -> list[dict[str, Any]]:
-    """Per operator type, costliest first: configurations, calls, time (s), energy (J), FLOPs.
-
-    An operator type with no known energy has None, not 0 J.
-    """
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault(r["op"], []).append(r)
-    rows = []
-    for op, group in groups.items():
-        time_s = _sum(r["time_s"] for r in group)
-        energies = [r["energy_j"] for r in group if r["energy_j"] is not None]
-        rows.append(
-            {
-                "op": op,
-                "configs": len(group),
-                "calls": sum(r["count"] for r in group),
-                "time_s": time_s,
-                "energy_j": math.fsum(energies) if energies else None,
-                "flops": sum(r["count"] * (r["flops"] or 0) for r in group),
-                "time_share": time_s / total_time if total_time > 0 else None,
-            }
-        )
-    rows.sort(key=lambda row: row["time_s"], reverse=True)
-    return rows
+    return add_predictions(session, est, model, kind)
 
 
 def _host_stage(run: Figure | None, records: list[dict[str, Any]]) -> float | None:
@@ -493,4 +464,4 @@ def _between_ops(run: Figure | None, records: list[dict[str, Any]]) -> float | N
     functional = [r for r in records if r["form"] == "function"]
     if not all(r["measured"] for r in functional):
         return None
-    return run.hollow_time_s - _sum(r["time_s"] for r in functional)
+    return run.hollow_time_s - sum_known(r["time_s"] for r in functional)

@@ -32,6 +32,7 @@ HEAVY = (
     "uvicorn",
     "pynvml",
     "nvitop",
+    "sklearn",
 )
 """Libraries that take a tenth of a second (torch: seconds) to import, or open a device."""
 

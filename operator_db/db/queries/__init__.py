@@ -5,7 +5,12 @@ boundary (one API request, one CLI command, one worker job) does. Estimates, the
 and the API all read through here; no other package builds SQL.
 """
 
-from operator_db.db.queries.configs import config_measurements, get_config, list_configs
+from operator_db.db.queries.configs import (
+    config_measurements,
+    configs_by_ids,
+    get_config,
+    list_configs,
+)
 from operator_db.db.queries.counters import (
     CounterFigures,
     add_counters,
@@ -40,6 +45,12 @@ from operator_db.db.queries.models import (
     models_configs,
 )
 from operator_db.db.queries.peaks import PeakFigure, has_spec_peaks, peak_rows, replace_peaks
+from operator_db.db.queries.predictors import (
+    add_predictors,
+    latest_predictors,
+    list_predictors,
+    next_predictor_version,
+)
 from operator_db.db.queries.results import (
     Aggregate,
     Figure,
@@ -54,6 +65,11 @@ from operator_db.db.queries.results import (
 from operator_db.db.queries.tables import TABLES, row_counts
 
 __all__ = [
+    "configs_by_ids",
+    "add_predictors",
+    "latest_predictors",
+    "list_predictors",
+    "next_predictor_version",
     "TABLES",
     "Aggregate",
     "ConfigCost",

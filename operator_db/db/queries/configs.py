@@ -63,6 +63,16 @@ def list_configs(
     return list(rows), total
 
 
+def configs_by_ids(session: Session, ids: Sequence[int]) -> list[OperatorConfig]:
+    """Return the configurations with these ids, by id (unknown ids are left out)."""
+    wanted = sorted(set(ids))
+    out: list[OperatorConfig] = []
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        out.extend(session.scalars(select(OperatorConfig).where(OperatorConfig.id.in_(chunk))))
+    return sorted(out, key=lambda c: c.id)
+
+
 def get_config(session: Session, key: str) -> OperatorConfig:
     """Return the configuration with ``key``.
 

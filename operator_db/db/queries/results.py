@@ -233,7 +233,7 @@ def model_config_figures(
 
 def config_figures(
     session: Session,
-    config_ids: Sequence[int],
+    config_ids: Sequence[int] | None,
     kind_ids: Sequence[int],
     *,
     timing: str | None = None,
@@ -242,9 +242,9 @@ def config_figures(
 ) -> dict[FigureKey, Figure]:
     """Return the figures of configurations on device kinds, by (config id, kind id, timing).
 
-    ``timing`` keeps one timing method (``eager`` or ``graph``); ``cache_mode`` the results
-    measured with warm or cold caches; a configuration without such a result on a kind has no
-    entry.
+    ``config_ids`` None reads every configuration measured on the kinds. ``timing`` keeps one
+    timing method (``eager`` or ``graph``); ``cache_mode`` the results measured with warm or cold
+    caches; a configuration without such a result on a kind has no entry.
     """
     return _figures(session, Measurement, config_ids, kind_ids, timing, aggregate, cache_mode)
 

@@ -18,6 +18,7 @@ TABLES: tuple[type[m.Base], ...] = (
     m.FullModelRun,
     m.DevicePeak,
     m.NcuCounter,
+    m.Predictor,
 )
 
 

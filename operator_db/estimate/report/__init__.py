@@ -21,6 +21,7 @@ from operator_db.estimate.counters import counters_study
 from operator_db.estimate.report import hardware, sections
 from operator_db.estimate.report.document import Document, markdown_table
 from operator_db.estimate.report.plots import new_figure, plot_batch, plot_latency_scatter
+from operator_db.estimate.report.predictions import prediction_table, predictions_section
 
 __all__ = [
     "PLOT_FILES",
@@ -64,6 +65,7 @@ TABLE_FILES = (
     "forward_backward_configs.csv",
     "layer_shares.csv",
     "ncu_counters.csv",
+    "predictions.csv",
 )
 """Every table a report writes in full."""
 
@@ -113,6 +115,7 @@ def build_report(
     layers = studies.layer_study(session, device_kinds=device_kinds, models=chosen)
     pairs = table[["model", "device_kind"]].drop_duplicates().itertuples(index=False)
     counters, counter_rows = counters_study(session, [(str(m), str(k)) for m, k in pairs])
+    predicted = prediction_table(session, kinds, chosen)
     out_dir.mkdir(parents=True, exist_ok=True)
     # Only once the studies succeeded: a failed run leaves the folder as it was.
     for name in PLOT_FILES:
@@ -159,6 +162,7 @@ def build_report(
     sections.run_fb_section(doc, runs_fb, out_dir)
     sections.fb_section(doc, fb, out_dir)
     sections.layers_section(doc, layers, out_dir)
+    predictions_section(doc, session, kinds, predicted)
     hardware.counters_section(doc, counters)
     hardware.chips_section(doc, session, out_dir, device_kinds)
 
@@ -173,6 +177,7 @@ def build_report(
     fb.configs.to_csv(out_dir / "forward_backward_configs.csv", index=False)
     layers.shares.to_csv(out_dir / "layer_shares.csv", index=False)
     counter_rows.to_csv(out_dir / "ncu_counters.csv", index=False)
+    predicted.to_csv(out_dir / "predictions.csv", index=False)
 
     path = out_dir / f"report.{fmt}"
     path.write_text(doc.markdown() if fmt == "md" else doc.html(), encoding="utf-8")

@@ -1,0 +1,83 @@
+"""The rows of an estimate: sums that skip unknowns, per operator type, JSON, its warnings."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+
+def between_warnings(between_s: float, operators_s: float, limit: float) -> list[str]:
+    """Warn when the time between operators, added to them, is over ``limit`` of the total."""
+    between_s = max(between_s, 0.0)
+    total = operators_s + between_s
+    if total <= 0 or between_s / total <= limit:
+        return []
+    return [
+        f"time between operators (hollow run) is {between_s / total:.1%} of the estimate, over "
+        f"{limit:.0%} (OPDB_ESTIMATE_BETWEEN_OPS_WARN): the figure rests on it, not on measured "
+        "operators; opaque modules and calls the spec skipped run there for real, as does the "
+        "Python between operators"
+    ]
+
+
+def coverage_warnings(
+    coverage: float,
+    coverage_roofline: float | None,
+    unmeasured: list[str],
+    opaque_rows: list[dict[str, Any]],
+) -> list[str]:
+    """Say what the operators' sum leaves out: configurations not measured yet, opaque ones."""
+    if coverage >= 1:
+        return []
+    share = f"{coverage:.1%} of calls" + (
+        "" if coverage_roofline is None else f", {coverage_roofline:.1%} of roofline-bound time"
+    )
+    found = [f"coverage {share} measured: the operators' sum leaves out the rest"]
+    if unmeasured:
+        found.append(f"{len(unmeasured)} configurations not measured yet: the estimate is partial")
+    if len(opaque_rows):
+        calls = sum(r["count"] for r in opaque_rows)
+        names = ", ".join(dict.fromkeys(r["op"] for r in opaque_rows))
+        found.append(
+            f"{len(opaque_rows)} opaque configurations ({calls} calls: {names[:300]}) cannot be "
+            "measured and are left out of the operators' sum"
+        )
+    return found
+
+
+def finite_values(row: dict[str, Any]) -> dict[str, Any]:
+    """Return ``row`` with each NaN or infinite float replaced by None (JSON has neither)."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+
+
+def sum_known(values: Iterable[float | None]) -> float:
+    """Return the sum of the known values (None skipped, as pandas does), 0.0 for none."""
+    return math.fsum(v for v in values if v is not None)
+
+
+def by_op(records: list[dict[str, Any]], total_time: float) -> list[dict[str, Any]]:
+    """Per operator type, costliest first: configurations, calls, time (s), energy (J), FLOPs.
+
+    An operator type with no known energy has None, not 0 J.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["op"], []).append(r)
+    rows = []
+    for op, group in groups.items():
+        time_s = sum_known(r["time_s"] for r in group)
+        energies = [r["energy_j"] for r in group if r["energy_j"] is not None]
+        rows.append(
+            {
+                "op": op,
+                "configs": len(group),
+                "calls": sum(r["count"] for r in group),
+                "time_s": time_s,
+                "energy_j": math.fsum(energies) if energies else None,
+                "flops": sum(r["count"] * (r["flops"] or 0) for r in group),
+                "time_share": time_s / total_time if total_time > 0 else None,
+            }
+        )
+    rows.sort(key=lambda row: row["time_s"], reverse=True)
+    return rows
