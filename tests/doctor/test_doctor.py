@@ -137,7 +137,10 @@ def test_counter_and_power_disagreeing_fails() -> None:
     for name in ("agreement_idle", "agreement_load"):
         row = by_name[name]
         assert row.status == "fail", row
-        assert row.data["disagreement"] == pytest.approx(0.2, abs=0.02)
+        # Power reads 1.2 × the counter's; integrating samples taken every 5 ms over a short
+        # window adds up to a sample at each end, so a loaded machine moves the figure by a few
+        # points (0.252 seen once): it must stay far over the ±5 % limit and near +20 %.
+        assert row.data["disagreement"] == pytest.approx(0.2, abs=0.06)
         assert (
             row.value.startswith("counter ") and ": +" in row.value and "(limit ±5 %)" in row.value
         )
