@@ -13,8 +13,10 @@ from operator_db.estimate.predict.features import MIN_BOUND_S, arg_features, fea
 from operator_db.estimate.predict.model import (
     FALLBACK,
     Predictor,
+    Sample,
     conformal_half_width,
     data_hash,
+    effective_peaks,
     fit_predictor,
 )
 from tests.predict.synthetic import (
@@ -121,3 +123,29 @@ def test_features_read_shapes_and_arguments() -> None:
     assert f["compute_bound"] in (0.0, 1.0) and f["inputs"] == 2
     args = arg_features({"kernel_size": [3, 3], "bias": True, "mode": "x", "groups": 2})
     assert args == {"arg_kernel_size": 9.0, "arg_bias": 1.0, "arg_groups": 2.0}
+
+
+def test_roofs_are_raised_to_what_configurations_reached() -> None:
+    rng = random.Random(7)
+    data = samples(configs(rng, 150), rng)
+    fast = elementwise("torch.nn.ReLU", 64, 64)  # "cache-resident": 4 × the bandwidth
+    data.append(Sample(fast, PEAKS.bound_s(fast.flops, fast.bytes) / 4))
+    roofs = effective_peaks(data, {"float32": PEAKS})["float32"]
+    assert roofs.flops_per_s == PEAKS.flops_per_s  # nothing ran faster than the compute peak
+    assert roofs.bytes_per_s == PEAKS.bytes_per_s  # 1 of 151 is above the 99th pct
+    data += [Sample(elementwise("torch.nn.ReLU", 64, 8 * k), 1e-9) for k in range(1, 4)]
+    raised = effective_peaks(data, {"float32": PEAKS})["float32"]
+    assert raised.bytes_per_s > PEAKS.bytes_per_s and "raised" in raised.source
+
+
+def test_groups_hold_out_whole_families() -> None:
+    rng = random.Random(8)
+    cfgs = configs(rng, 120)
+    grouped = [
+        Sample(s.config, s.time_s, s.energy_j, group=f"family-{i % 4}")
+        for i, s in enumerate(samples(cfgs, rng))
+    ]
+    predictor = fit_predictor(grouped, {"float32": PEAKS})
+    fallback = predictor.models[("time", FALLBACK)]
+    assert math.isfinite(fallback.interval_ln) and fallback.cv_median_error is not None
+    assert fallback.cv_median_error < 0.1

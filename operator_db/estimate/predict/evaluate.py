@@ -148,6 +148,13 @@ def evaluate(
     data = training_data(session, kind)
     runs = queries.model_figures(session, None, [kind.id], timing="eager", aggregate="median")
     run_of = {model_id: f for (model_id, _, _), f in runs.items()}
+    if models is not None:
+        named = queries.list_models(session, names=models)  # unknown names: NotFoundError
+        idle = [m.name for m in named if m.id not in run_of]
+        if idle:
+            raise InvalidInputError(
+                f"{', '.join(idle)}: no full run on {kind.name} to compare a prediction with"
+            )
     candidates = queries.list_models(session, ids=sorted(run_of), names=models)
     links = queries.models_configs(session, [m.id for m in candidates])
     measured = {s.config.id: s for s in data.samples}

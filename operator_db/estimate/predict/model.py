@@ -32,6 +32,7 @@ from operator_db.estimate.predict.features import (
     generic_features,
     matrix,
     predictable,
+    work_flops,
 )
 from operator_db.estimate.roofline import Peaks
 
@@ -57,6 +58,9 @@ class Sample:
     """The configuration (:class:`~.features.ConfigLike` with ``key`` and ``form``)."""
     time_s: float
     energy_j: float | None = None
+    group: str = ""
+    """Which family of models it comes from (a reference at every batch size, a sweep): the
+    cross-validation holds out whole groups, as a new model would be (empty: no group)."""
 
     def cost(self, target: Target) -> float | None:
         """Return the measured cost of ``target``: s for time, J for energy."""
@@ -239,17 +243,20 @@ def fit_op_model(
     y: Sequence[float],
     *,
     level: float = LEVEL,
+    groups: Sequence[str] | None = None,
 ) -> tuple[OpModel, list[float]]:
     """Fit one model of ln(cost / bound) ``y`` on feature ``rows`` (their types ``ops``).
 
     ``op`` ``*`` fits the fallback, with the operator type as a category; otherwise the features
     are the generic ones and the arguments the rows have, and the estimator with the smaller
     out-of-fold mean |residual| is kept. The interval is conformal over those residuals, which
-    come back with the model (ln predicted − ln measured, in ``y``'s order).
+    come back with the model (ln predicted − ln measured, in ``y``'s order). With ``groups`` of
+    at least two distinct values, the folds hold out whole groups (a family of models, a sweep),
+    so the residuals are those of configurations of models the fold never saw.
     """
     import numpy as np
     from sklearn.base import clone
-    from sklearn.model_selection import KFold, cross_val_predict
+    from sklearn.model_selection import GroupKFold, KFold, cross_val_predict
     from threadpoolctl import threadpool_limits
 
     fallback = op == FALLBACK
@@ -259,11 +266,17 @@ def fit_op_model(
     x = np.asarray(matrix([model._row(r, o) for r, o in zip(rows, ops, strict=True)], names))
     target_y = np.asarray(y, dtype=float)
     mask = [name == OP_CODE for name in names] if fallback else None
-    folds = KFold(n_splits=min(FOLDS, len(y)), shuffle=True, random_state=0)
+    distinct = len(set(groups or ()))
+    folds: Any = (
+        GroupKFold(n_splits=min(FOLDS, distinct))
+        if distinct >= 2
+        else KFold(n_splits=min(FOLDS, len(y)), shuffle=True, random_state=0)
+    )
+    split = list(groups or []) if distinct >= 2 else None
     best: tuple[float, str, Any, Any] | None = None
     with threadpool_limits(1):  # small data: one thread is several times faster than many
         for label, estimator in _candidates(len(y), mask).items():
-            oof = cross_val_predict(estimator, x, target_y, cv=folds)
+            oof = cross_val_predict(estimator, x, target_y, groups=split, cv=folds)
             if target == "time":  # as predicted: never below the bound
                 oof = np.maximum(oof, 0.0)
             score = float(np.mean(np.abs(oof - target_y)))
@@ -315,13 +328,14 @@ def fit_predictor(
             f"{len(usable)} measured configurations with roofs and counted bytes: a predictor "
             f"needs at least {MIN_SAMPLES}"
         )
-    predictor = Predictor(peaks=dict(peaks), models={}, data_hash=data_hash(usable, peaks))
+    roofs = effective_peaks(usable, peaks)
+    predictor = Predictor(peaks=roofs, models={}, data_hash=data_hash(usable, peaks))
     for target in TARGETS:
-        rows, ops, y = _training_rows(usable, peaks, target)
+        rows, ops, y, groups = _training_rows(usable, roofs, target)
         if len(y) < MIN_SAMPLES:
             continue
         fallback, fallback_residuals = fit_op_model(
-            FALLBACK, target, [g for g, _ in rows], ops, y, level=level
+            FALLBACK, target, [g for g, _ in rows], ops, y, level=level, groups=groups
         )
         predictor.models[(target, FALLBACK)] = fallback
         by_op: dict[str, list[int]] = {}
@@ -337,6 +351,7 @@ def fit_predictor(
                 [op] * len(idx),
                 [y[i] for i in idx],
                 level=level,
+                groups=[groups[i] for i in idx],
             )
             shared = [fallback_residuals[i] for i in idx]
             if _mean_abs(residuals) >= _mean_abs(shared):
@@ -348,17 +363,57 @@ def fit_predictor(
     return predictor
 
 
+ROOF_QUANTILE = 0.99
+"""Which quantile of the rates the measured configurations reached raises a roof (see
+:func:`effective_peaks`): the highest ones belong to configurations whose counted bytes are not
+all moved (an embedding's whole table)."""
+
+
+def effective_peaks(samples: Sequence[Sample], peaks: dict[str, Peaks]) -> dict[str, Peaks]:
+    """Return each dtype's roofs raised to what its measured configurations reached.
+
+    A CPU's caches move small tensors faster than its memory bandwidth, so the measured
+    bandwidth is not a bound for them (on the 2-core EPYC of docs/predict.md, 28 % of the
+    configurations ran faster than it). Each roof becomes the larger of the peak and the
+    ``ROOF_QUANTILE`` quantile of the FLOP/s and bytes/s the dtype's configurations reached, so
+    that a prediction never beats a roof the device has been seen to reach.
+    """
+    out: dict[str, Peaks] = {}
+    for dtype, peak in peaks.items():
+        mine = [s for s in samples if (s.config.dtype or "float32") == dtype and s.time_s > 0]
+        flops = [work_flops(s.config) / s.time_s for s in mine]
+        nbytes = [float(s.config.bytes or 0) / s.time_s for s in mine]
+        fast_flops = _quantile(flops, ROOF_QUANTILE)
+        fast_bytes = _quantile(nbytes, ROOF_QUANTILE)
+        raised = fast_flops > peak.flops_per_s or fast_bytes > peak.bytes_per_s
+        out[dtype] = Peaks(
+            max(peak.flops_per_s, fast_flops),
+            max(peak.bytes_per_s, fast_bytes),
+            peak.source + (", raised to what measured configurations reached" if raised else ""),
+        )
+    return out
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """Return the ``q`` quantile (the nearest rank at or above it), 0 for none."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
 def _mean_abs(values: Sequence[float]) -> float:
     return math.fsum(abs(v) for v in values) / len(values)
 
 
 def _training_rows(
     samples: Sequence[Sample], peaks: dict[str, Peaks], target: Target
-) -> tuple[list[tuple[dict[str, float], dict[str, float]]], list[str], list[float]]:
-    """Return (generic, argument) features, operator types and ln(cost / bound) of a target."""
+) -> tuple[list[tuple[dict[str, float], dict[str, float]]], list[str], list[float], list[str]]:
+    """Return (generic, argument) features, operator types, ln(cost / bound) and groups."""
     rows: list[tuple[dict[str, float], dict[str, float]]] = []
     ops: list[str] = []
     y: list[float] = []
+    groups: list[str] = []
     for s in samples:
         cost = s.cost(target)
         if cost is None or cost <= 0:
@@ -368,4 +423,5 @@ def _training_rows(
         rows.append((generic_features(cfg, p), arg_features(cfg.args or {})))
         ops.append(cfg.op)
         y.append(math.log(cost / bound_s(cfg, p)))
-    return rows, ops, y
+        groups.append(s.group)
+    return rows, ops, y, groups
