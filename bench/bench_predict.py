@@ -61,7 +61,8 @@ def main() -> None:
         print(
             f"leave one {hold_out} out ({s['groups']} held out, {s['seconds']:.0f} s): "
             f"whole model median |error| {s['model_median_error']:.1%} (target ≤ 10 %; measured "
-            f"estimate {s['measured_estimate_median_error']:.1%}), per configuration "
+            f"estimate {s['measured_estimate_median_error']:.1%}; Σ operators predicted against "
+            f"Σ measured {s['operators_median_error']:.1%}), per configuration "
             f"{s['config_median_error']:.1%} (≤ 15 %), 90 % intervals hold "
             f"{s['interval_coverage']:.1%} of configurations (85–95 %), the full run for "
             f"{s['model_interval_coverage']:.1%} of models"

@@ -187,7 +187,13 @@ def evaluate(
     summary = result.summary()
     if as_json:
         models = [
-            {**vars(m), "error": m.error, "measured_error": m.measured_error} for m in result.models
+            {
+                **vars(m),
+                "error": m.error,
+                "measured_error": m.measured_error,
+                "operators_error": m.operators_error,
+            }
+            for m in result.models
         ]
         sys.stdout.write(json.dumps({**summary, "models": models}, indent=2) + "\n")
         return
@@ -220,7 +226,8 @@ def evaluate(
         f"{result.seconds:.1f} s\n"
         f"median |error| per configuration {pct('config_median_error')} "
         f"({len(result.configs)} configurations), per model {pct('model_median_error')} "
-        f"(measured estimate: {pct('measured_estimate_median_error')})\n"
+        f"(measured estimate: {pct('measured_estimate_median_error')}; Σ operators predicted "
+        f"against Σ measured: {pct('operators_median_error')})\n"
         f"{level:.0%} intervals hold the measured value for {pct('interval_coverage')} of "
         f"configurations, the full run for {pct('model_interval_coverage')} of models"
     )

@@ -68,6 +68,22 @@ class ModelResult:
     high_s: float
     predicted_calls: float
     """Share of the model's calls predicted (opaque ones cannot be)."""
+    measured_operators_s: float | None = None
+    """Σ count × measured per-call time over the configurations predicted (None where one of
+    them is not measured)."""
+    predicted_operators_s: float = 0.0
+    """Σ count × predicted per-call time: the prediction alone, without the time between."""
+
+    @property
+    def operators_error(self) -> float | None:
+        """(Σ predicted − Σ measured) / Σ measured over its configurations.
+
+        The predictor's own error on the model, without the composition's (the time between
+        operators, interference between them).
+        """
+        if not self.measured_operators_s:
+            return None
+        return self.predicted_operators_s / self.measured_operators_s - 1
 
     @property
     def error(self) -> float:
@@ -113,6 +129,7 @@ class Evaluation:
             "config_median_error": median_abs([c.error for c in self.configs]),
             "model_median_error": median_abs([m.error for m in self.models]),
             "measured_estimate_median_error": median_abs([m.measured_error for m in self.models]),
+            "operators_median_error": median_abs([m.operators_error for m in self.models]),
             "level": self.level,
             "interval_coverage": (
                 statistics.fmean(c.covered for c in self.configs) if self.configs else None
@@ -188,6 +205,7 @@ def evaluate(
             est = estimate_model(session, model.name, kind.name, aggregate="median")
             between = max(est.between_ops_s or 0.0, 0.0) if est.adds_between else 0.0
             total = low = high = calls = 0.0
+            seen: float | None = 0.0
             for mc in links[model_id]:
                 p = predicted.get(mc.config.id)
                 if p is not None and predictable(mc.config):
@@ -195,6 +213,8 @@ def evaluate(
                     low += mc.count * p.low
                     high += mc.count * p.high
                     calls += mc.count
+                    s = measured.get(mc.config.id)
+                    seen = None if s is None or seen is None else seen + mc.count * s.time_s
             all_calls = sum(mc.count for mc in links[model_id]) or 1
             result.models.append(
                 ModelResult(
@@ -206,6 +226,8 @@ def evaluate(
                     low_s=low + between,
                     high_s=high + between,
                     predicted_calls=calls / all_calls,
+                    measured_operators_s=seen,
+                    predicted_operators_s=total,
                 )
             )
     result.seconds = time.perf_counter() - started

@@ -266,13 +266,14 @@ def fit_op_model(
     x = np.asarray(matrix([model._row(r, o) for r, o in zip(rows, ops, strict=True)], names))
     target_y = np.asarray(y, dtype=float)
     mask = [name == OP_CODE for name in names] if fallback else None
+    folds: Any = KFold(n_splits=min(FOLDS, len(y)), shuffle=True, random_state=0)
+    split = None
     distinct = len(set(groups or ()))
-    folds: Any = (
-        GroupKFold(n_splits=min(FOLDS, distinct))
-        if distinct >= 2
-        else KFold(n_splits=min(FOLDS, len(y)), shuffle=True, random_state=0)
-    )
-    split = list(groups or []) if distinct >= 2 else None
+    if distinct >= 2:  # whole groups out, where every fold still trains on enough of them
+        by_group = GroupKFold(n_splits=min(FOLDS, distinct))
+        train_sizes = [len(t) for t, _ in by_group.split(x, target_y, list(groups or []))]
+        if min(train_sizes) >= MIN_SAMPLES:
+            folds, split = by_group, list(groups or [])
     best: tuple[float, str, Any, Any] | None = None
     with threadpool_limits(1):  # small data: one thread is several times faster than many
         for label, estimator in _candidates(len(y), mask).items():

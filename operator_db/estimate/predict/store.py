@@ -51,8 +51,26 @@ def training_data(session: Session, kind: DeviceKind) -> TrainingData:
         found = best_peaks(known, dtype)
         if found is not None:
             peaks[dtype] = found
-    samples = [Sample(c, by_id[c.id].time_median_s, by_id[c.id].energy_per_call_j) for c in configs]
+    group = _groups(session)
+    samples = [
+        Sample(c, by_id[c.id].time_median_s, by_id[c.id].energy_per_call_j, group.get(c.id, ""))
+        for c in configs
+    ]
     return TrainingData(samples, peaks)
+
+
+def _groups(session: Session) -> dict[int, str]:
+    """Return each configuration's group: the family of the first model (by name) running it."""
+    from operator_db.estimate.studies.models import family_label
+
+    models = queries.list_models(session)
+    links = queries.models_configs(session, [m.id for m in models])
+    out: dict[int, str] = {}
+    for m in models:
+        label = family_label(m, with_mode=False)
+        for mc in links[m.id]:
+            out.setdefault(mc.config.id, label)
+    return out
 
 
 def _library() -> dict[str, str]:
