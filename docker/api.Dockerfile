@@ -30,8 +30,11 @@ RUN python -m venv /opt/opdb \
     && pip install --no-cache-dir --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
 COPY constraints.txt /tmp/constraints.txt
 COPY --from=wheel /dist/ /tmp/dist/
-RUN pip install --no-cache-dir -c /tmp/constraints.txt /tmp/dist/operator_db-*.whl \
-    && rm -rf /tmp/dist /tmp/constraints.txt \
+# The installed torch pinned as a constraint: the project's dependencies may not swap it.
+RUN python -c 'import torch; print(f"torch=={torch.__version__}")' > /tmp/torch-pin.txt \
+    && pip install --no-cache-dir -c /tmp/constraints.txt -c /tmp/torch-pin.txt \
+        /tmp/dist/operator_db-*.whl \
+    && rm -rf /tmp/dist /tmp/constraints.txt /tmp/torch-pin.txt \
     && useradd --system --uid 10001 --user-group --create-home --home-dir /home/opdb opdb
 
 USER 10001:10001

@@ -42,10 +42,13 @@ RUN uv venv --python 3.11 /opt/opdb \
         "torch==$TORCH_VERSION"
 COPY constraints.txt /tmp/constraints.txt
 COPY --from=wheel /dist/ /tmp/dist/
-# The wheel's name is only known here; "$1[gpu]" asks for its extra.
-RUN set -- /tmp/dist/operator_db-*.whl \
-    && uv pip install --python /opt/opdb/bin/python -c /tmp/constraints.txt "$1[gpu]" \
-    && rm -rf /tmp/dist /tmp/constraints.txt \
+# The installed torch pinned as a constraint (README, "On a GPU host"): nothing may swap it for
+# another build. The wheel's name is only known here; "$1[gpu]" asks for its extra.
+RUN python -c 'import torch; print(f"torch=={torch.__version__}")' > /tmp/torch-pin.txt \
+    && set -- /tmp/dist/operator_db-*.whl \
+    && uv pip install --python /opt/opdb/bin/python \
+        -c /tmp/constraints.txt -c /tmp/torch-pin.txt "$1[gpu]" \
+    && rm -rf /tmp/dist /tmp/constraints.txt /tmp/torch-pin.txt \
     && useradd --system --uid 10001 --user-group --create-home --home-dir /home/opdb opdb
 
 USER 10001:10001
