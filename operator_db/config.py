@@ -250,6 +250,12 @@ class Settings(BaseSettings):
         description="A bearer token the REST API accepts for writes (and reads); with no write "
         "token at all the API refuses writes.",
     )
+    api_token_file: Path | None = Field(
+        default=None,
+        description="A file holding api_token instead (a Docker or systemd secret, e.g. "
+        "/run/secrets/opdb_api_token), read with the settings; surrounding whitespace is "
+        "dropped. Not together with api_token.",
+    )
     api_write_tokens: list[SecretStr] = Field(
         default_factory=list,
         description="More write tokens (JSON list), e.g. one per client, to revoke one alone.",
@@ -282,6 +288,23 @@ class Settings(BaseSettings):
         default_factory=MeasureSettings,
         description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",
     )
+
+    @model_validator(mode="after")
+    def _api_token_from_file(self) -> Settings:
+        """Read api_token from api_token_file, where one is named (its only reader)."""
+        path = self.api_token_file
+        if path is None:
+            return self
+        if self.api_token is not None:
+            raise ValueError("set OPDB_API_TOKEN or OPDB_API_TOKEN_FILE, not both")
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"OPDB_API_TOKEN_FILE {path} cannot be read: {exc}") from None
+        if not token:
+            raise ValueError(f"OPDB_API_TOKEN_FILE {path} is empty")
+        self.api_token = SecretStr(token)
+        return self
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set up .venv, make sure PostgreSQL answers, then lint (ruff check, ruff format
-# --check), type-check, check the migrations against the models, and run the tests (SQLite and
-# PostgreSQL). Extra arguments go to pytest (e.g. -k ingest, -m gpu).
+# --check, hadolint on the Dockerfiles), type-check, check the migrations against the models, and
+# run the tests (SQLite and PostgreSQL). Extra arguments go to pytest (e.g. -k ingest, -m gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -16,6 +16,7 @@ fi
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/hadolint --failure-threshold style docker/*.Dockerfile
 .venv/bin/mypy
 tmpdb="$(mktemp -d)"
 trap 'rm -rf "$tmpdb"' EXIT

@@ -1,0 +1,281 @@
+"""docker/compose.yaml and the Dockerfiles: structure only (Docker does not run here).
+
+The settings the services get are checked against ``operator_db.config.Settings`` itself, so a
+renamed or removed setting fails here instead of being ignored silently in a container.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from operator_db.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+COMPOSE = DOCKER / "compose.yaml"
+PREFIX = Settings.model_config.get("env_prefix", "")
+DELIMITER = Settings.model_config.get("env_nested_delimiter") or "__"
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (``M``, ``M | None``), or None for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    models = [a for a in typing.get_args(annotation) if _nested_model(a) is not None]
+    return _nested_model(models[0]) if len(models) == 1 else None
+
+
+def setting_names(model: type[BaseModel], prefix: str) -> set[str]:
+    """Every environment variable pydantic-settings reads for ``model``'s fields.
+
+    A nested model is read whole (as JSON) under its own name and field by field under
+    ``<NAME>__<FIELD>``.
+    """
+    names: set[str] = set()
+    for name, field in model.model_fields.items():
+        env = f"{prefix}{name}".upper()
+        names.add(env)
+        nested = _nested_model(field.annotation)
+        if nested is not None:
+            names |= setting_names(nested, f"{env}{DELIMITER}")
+    return names
+
+
+VALID = setting_names(Settings, PREFIX)
+REQUIRED = {f"{PREFIX}{n}".upper() for n, f in Settings.model_fields.items() if f.is_required()}
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?[-?][^}]*)?\}")
+
+
+def interpolate(value: str) -> str:
+    """Replace compose's ``${NAME}``, ``${NAME:-default}``, ``${NAME:?error}`` with test values."""
+    return _VARIABLE.sub(lambda m: f"test-{m.group(1).lower()}", value)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = compose["services"]
+    assert isinstance(found, dict)
+    return found
+
+
+def dockerfile(service: dict[str, Any]) -> Path | None:
+    """The Dockerfile a service builds, resolved as compose does (context from the file's dir)."""
+    build = service.get("build")
+    if build is None:
+        return None
+    context = (COMPOSE.parent / build["context"]).resolve()
+    return (context / build.get("dockerfile", "Dockerfile")).resolve()
+
+
+def built_from(services: dict[str, dict[str, Any]], name: str) -> dict[str, dict[str, Any]]:
+    return {s: svc for s, svc in services.items() if dockerfile(svc) == DOCKER / name}
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # the KEY=value form
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def argv(command: str | list[str]) -> list[str]:
+    return shlex.split(command) if isinstance(command, str) else [str(c) for c in command]
+
+
+def test_setting_names_come_from_the_settings_themselves() -> None:
+    assert {"OPDB_DATABASE_URL", "OPDB_API_TOKEN_FILE", "OPDB_DEVICE"} <= VALID
+    assert "OPDB_MEASURE__THREADS" in VALID
+    assert "OPDB_MEASURE__NO_SUCH_SETTING" not in VALID
+    assert "OPDB_THREADS" not in VALID
+
+
+def test_the_compose_file_parses_with_its_services(services: dict[str, dict[str, Any]]) -> None:
+    assert {"postgres", "migrate", "api", "worker"} <= set(services)
+
+
+def test_services_name_only_settings_the_code_defines(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, service in services.items():
+        env = environment(service)
+        unknown = {k for k in env if k.startswith(PREFIX) and k not in VALID}
+        assert not unknown, f"{name}: no such setting: {sorted(unknown)}"
+        if dockerfile(service) is not None:  # ours: settings only, and only OPDB_ ones
+            assert all(k.startswith(PREFIX) for k in env), f"{name}: {sorted(env)}"
+
+
+def test_each_service_of_ours_gets_the_required_settings_and_the_database(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    ours = {n: s for n, s in services.items() if dockerfile(s) is not None}
+    assert {"migrate", "api", "worker"} <= set(ours)
+    for name, service in ours.items():
+        env = environment(service)
+        assert set(env) >= REQUIRED, f"{name} lacks {sorted(REQUIRED - set(env))}"
+        # The default is a SQLite file inside one container: every service needs the shared one.
+        url = interpolate(env["OPDB_DATABASE_URL"])
+        assert url.startswith("postgresql+psycopg://"), name
+        assert "@postgres:5432/" in url, name
+
+
+def test_the_services_settings_are_valid_values(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n", encoding="utf-8")
+    for name, service in services.items():
+        if dockerfile(service) is None:
+            continue
+        env = {
+            key: str(token) if key == "OPDB_API_TOKEN_FILE" else interpolate(value)
+            for key, value in environment(service).items()
+        }
+        with monkeypatch.context() as patch:
+            for key in VALID:
+                patch.delenv(key, raising=False)
+            for key, value in env.items():
+                patch.setenv(key, value)
+            settings = Settings(_env_file=None)  # type: ignore[call-arg]
+        assert settings.database_url == env["OPDB_DATABASE_URL"], name
+
+
+def test_postgres_keeps_its_data_and_says_when_it_is_ready(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    postgres = services["postgres"]
+    assert postgres["image"].startswith("postgres:")
+    volume, target = postgres["volumes"][0].split(":")[:2]
+    assert target == "/var/lib/postgresql/data"
+    assert volume in compose["volumes"]
+    assert "pg_isready" in " ".join(argv(postgres["healthcheck"]["test"]))
+
+
+def test_migrate_upgrades_once_postgres_is_healthy(services: dict[str, dict[str, Any]]) -> None:
+    migrate = services["migrate"]
+    assert argv(migrate["command"]) == ["opdb", "db", "upgrade"]
+    assert dockerfile(migrate) == DOCKER / "api.Dockerfile"
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert migrate.get("restart", "no") == "no"
+
+
+def test_api_waits_for_the_migrations_and_checks_health(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    api = services["api"]
+    assert dockerfile(api) == DOCKER / "api.Dockerfile"
+    assert api["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    command = argv(api["command"])
+    assert command[:2] == ["opdb", "serve"]
+    host, port = command[command.index("--host") + 1], command[command.index("--port") + 1]
+    assert host == "0.0.0.0"
+    check = " ".join(argv(api["healthcheck"]["test"]))
+    assert f"http://127.0.0.1:{port}/health" in check
+    assert any(str(p).endswith(f":{port}") for p in api["ports"])
+    # The write token: from a secret file that the service mounts and compose defines.
+    env = environment(api)
+    assert "OPDB_API_TOKEN" in env or "OPDB_API_TOKEN_FILE" in env
+    if "OPDB_API_TOKEN_FILE" in env:
+        secret = env["OPDB_API_TOKEN_FILE"].removeprefix("/run/secrets/")
+        assert secret in api["secrets"]
+        assert "file" in compose["secrets"][secret]
+
+
+def test_each_worker_has_its_own_gpu_and_restarts_on_failure(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    workers = built_from(services, "worker.Dockerfile")
+    assert "worker" in workers
+    gpus: list[str] = []
+    for name, worker in workers.items():
+        devices = worker["deploy"]["resources"]["reservations"]["devices"]
+        assert len(devices) == 1, name
+        assert devices[0]["driver"] == "nvidia"
+        assert "gpu" in devices[0]["capabilities"]
+        assert len(devices[0]["device_ids"]) == 1, f"{name}: one worker per GPU"
+        gpus += [str(i) for i in devices[0]["device_ids"]]
+        assert environment(worker).get("OPDB_DEVICE", "nvidia:0") == "nvidia:0"
+        assert worker["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        # Exit 75 must start it again, exit 0 must not: on-failure, not always/unless-stopped.
+        policy = worker.get("deploy", {}).get("restart_policy", {}).get("condition")
+        restart = str(worker.get("restart", ""))
+        assert restart.split(":")[0] == "on-failure" or policy == "on-failure", name
+        assert restart not in ("always", "unless-stopped"), name
+    assert len(gpus) == len(set(gpus)), f"two workers on one GPU: {gpus}"
+
+
+def test_the_dockerfiles_exist_and_are_built(services: dict[str, dict[str, Any]]) -> None:
+    built = {dockerfile(s) for s in services.values()} - {None}
+    assert built == {DOCKER / "api.Dockerfile", DOCKER / "worker.Dockerfile"}
+    for path in built:
+        assert path is not None and path.is_file()
+        assert (path.parent.parent / ".dockerignore").is_file()
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """A Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", path.read_text(encoding="utf-8"))
+    rows = [line.strip() for line in text.splitlines()]
+    return [
+        (row.split(maxsplit=1)[0].upper(), row.split(maxsplit=1)[1])
+        for row in rows
+        if row and not row.startswith("#")
+    ]
+
+
+def last(path: Path, keyword: str) -> str:
+    return [args for key, args in instructions(path) if key == keyword][-1]
+
+
+def test_api_image_serves_on_all_addresses_as_a_user_with_a_health_check() -> None:
+    path = DOCKER / "api.Dockerfile"
+    assert argv(yaml.safe_load(last(path, "CMD")))[:2] == ["opdb", "serve"]
+    assert "0.0.0.0" in last(path, "CMD")
+    assert "/health" in last(path, "HEALTHCHECK")
+    assert last(path, "EXPOSE") == "8000"
+    assert last(path, "USER").split(":")[0] not in ("root", "0")
+    assert "download.pytorch.org/whl/cpu" in path.read_text(encoding="utf-8")
+
+
+def test_worker_image_runs_opdb_worker_as_a_user_on_cuda() -> None:
+    path = DOCKER / "worker.Dockerfile"
+    assert yaml.safe_load(last(path, "ENTRYPOINT")) == ["opdb", "worker"]
+    assert last(path, "USER").split(":")[0] not in ("root", "0")
+    assert "nvidia/cuda:" in path.read_text(encoding="utf-8")
+    assert '"$1[gpu]"' in path.read_text(encoding="utf-8")  # the project's gpu extra
+
+
+def test_the_build_context_keeps_what_the_dockerfiles_copy() -> None:
+    kept = {
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.startswith("!")
+    }
+    for path in (DOCKER / "api.Dockerfile", DOCKER / "worker.Dockerfile"):
+        for key, args in instructions(path):
+            if key != "COPY" or args.startswith("--from"):
+                continue
+            sources = args.split()[:-1]
+            assert {s.rstrip("/") for s in sources} <= kept, f"{path.name}: COPY {args}"
+            assert all((ROOT / s).exists() for s in sources), f"{path.name}: COPY {args}"
+
+
+def test_secret_values_are_not_in_the_compose_file(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        for key, value in environment(service).items():
+            secret = any(w in key for w in ("TOKEN", "PASSWORD")) and not key.endswith("_FILE")
+            assert not secret or value.startswith("${"), f"{name}: {key} is written out"
