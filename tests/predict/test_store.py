@@ -120,3 +120,10 @@ def test_nothing_to_hold_out_is_one_line(store: Store) -> None:
     fill(store, unmeasured=("net-a", "net-b", "net-c", "net-d", "net-e"))
     with store.transaction() as session, pytest.raises(InvalidInputError, match="hold out"):
         evaluate(session, KIND)
+
+
+def test_holding_out_a_model_without_a_run_is_one_line(filled: Store) -> None:
+    with filled.transaction() as session, pytest.raises(InvalidInputError, match="no full run"):
+        evaluate(session, KIND, models=["net-e"])
+    with filled.transaction() as session, pytest.raises(NotFoundError):
+        evaluate(session, KIND, models=["nope"])

@@ -152,6 +152,12 @@ def features(cfg: ConfigLike, peaks: Peaks) -> dict[str, float]:
     return {**generic_features(cfg, peaks), **arg_features(cfg.args or {})}
 
 
+MISSING = -1.0
+"""An argument a configuration does not have (one of another operator type's; every argument
+feature is ≥ 0). A number, not NaN: scikit-learn's boosting cannot bin a column that is all NaN
+in a fold. The generic features are always there."""
+
+
 def matrix(rows: Sequence[Mapping[str, float]], names: Sequence[str]) -> list[list[float]]:
-    """Return the rows as a matrix in ``names`` order, NaN where a row lacks a feature."""
-    return [[float(row.get(name, math.nan)) for name in names] for row in rows]
+    """Return the rows as a matrix in ``names`` order, ``MISSING`` where a row lacks a feature."""
+    return [[float(row.get(name, MISSING)) for name in names] for row in rows]

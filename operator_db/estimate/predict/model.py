@@ -261,7 +261,7 @@ def fit_op_model(
 
     fallback = op == FALLBACK
     categories = sorted(set(ops)) if fallback else []
-    names = list(GENERIC_FEATURES) + ([OP_CODE] if fallback else _arg_names(rows))
+    names = list(GENERIC_FEATURES) + _arg_names(rows) + ([OP_CODE] if fallback else [])
     model = OpModel(op, target, names, None, categories, math.inf, level, len(y), None)
     x = np.asarray(matrix([model._row(r, o) for r, o in zip(rows, ops, strict=True)], names))
     target_y = np.asarray(y, dtype=float)
@@ -336,7 +336,7 @@ def fit_predictor(
         if len(y) < MIN_SAMPLES:
             continue
         fallback, fallback_residuals = fit_op_model(
-            FALLBACK, target, [g for g, _ in rows], ops, y, level=level, groups=groups
+            FALLBACK, target, [{**g, **a} for g, a in rows], ops, y, level=level, groups=groups
         )
         predictor.models[(target, FALLBACK)] = fallback
         by_op: dict[str, list[int]] = {}
