@@ -36,6 +36,7 @@ EXPECTED_TABLES = {
     "models",
     "ncu_counters",
     "operator_configs",
+    "predictors",
 }
 
 

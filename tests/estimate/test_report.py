@@ -116,6 +116,7 @@ def test_empty_database(store: Store, tmp_path: Path) -> None:
             "- no training model in the database",
         ),
         ("Layer types: shares of latency, FLOPs and memory", "no model in the study"),
+        ("Predictions", "No predictor is trained for these device kinds"),
         ("Measured FLOPs and bytes (Nsight Compute)", "No configuration of the measured models"),
         ("Chips", "No device kind here has measured peaks: run `opdb peaks`"),
     ]:
@@ -154,6 +155,7 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
         "Forward and backward from whole-model runs",
         "Forward and backward per configuration (training specs)",
         "Layer types: shares of latency, FLOPs and memory",
+        "Predictions",
         "Measured FLOPs and bytes (Nsight Compute)",
         "Chips",
     ]

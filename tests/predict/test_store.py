@@ -70,6 +70,7 @@ def test_an_unmeasured_model_is_predicted_whole(filled: Store) -> None:
     assert {r["source"] for r in est.config_rows} == {"predicted"}
     assert est.warnings[0].startswith("the whole model is predicted")
     assert est.predictor is not None and est.predictor["version"] == 1
+    assert est.predictor["trained_at"].endswith("+00:00")
     assert est.energy_j is not None and est.energy_j > 0
     assert sum(r["time_share"] for r in est.config_rows) == pytest.approx(1.0)
     summary = est.as_dict()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
@@ -101,11 +102,16 @@ def describe(predictor: Predictor) -> dict[str, Any]:
     return {
         "version": predictor.version,
         "device_kind": predictor.device_kind,
-        "trained_at": None if predictor.created_at is None else predictor.created_at.isoformat(),
+        "trained_at": None if predictor.created_at is None else _utc(predictor.created_at),
         "samples": predictor.samples,
         "data_hash": predictor.data_hash,
         "level": None if fallback is None else fallback.level,
     }
+
+
+def _utc(when: datetime) -> str:
+    """Return ISO 8601 with its offset (SQLite gives the stored UTC time back without one)."""
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).isoformat()
 
 
 def _warnings(
