@@ -119,3 +119,16 @@ COUNTERS_DISPLAY: Columns = [
     ("spec_bytes", "spec MB", num(1e-6)),
     ("dram_bytes", "ncu DRAM MB", num(1e-6)),
 ]
+
+PREDICTION_DISPLAY: Columns = [
+    ("model", "model", text),
+    ("device_kind", "device kind", text),
+    ("coverage", "measured calls", percent),
+    ("coverage_predicted", "predicted calls", percent),
+    ("total_time_s", "estimate ms", num(1e3)),
+    ("total_time_low_s", "low ms", num(1e3)),
+    ("total_time_high_s", "high ms", num(1e3)),
+    ("full_run_time_s", "measured ms", num(1e3)),
+    ("time_error", "error", signed_percent),
+    ("predictor_version", "predictor", integer),
+]

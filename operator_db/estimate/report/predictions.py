@@ -12,16 +12,8 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind
 from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.report.document import (
-    Columns,
-    Document,
-    display,
-    integer,
-    num,
-    percent,
-    signed_percent,
-    text,
-)
+from operator_db.estimate.report.columns import PREDICTION_DISPLAY
+from operator_db.estimate.report.document import Document, display
 
 PREDICTION_COLUMNS = [
     "model",
@@ -75,20 +67,6 @@ def prediction_table(
                 }
             )
     return pd.DataFrame.from_records(records, columns=PREDICTION_COLUMNS)
-
-
-PREDICTION_DISPLAY: Columns = [
-    ("model", "model", text),
-    ("device_kind", "device kind", text),
-    ("coverage", "measured calls", percent),
-    ("coverage_predicted", "predicted calls", percent),
-    ("total_time_s", "estimate ms", num(1e3)),
-    ("total_time_low_s", "low ms", num(1e3)),
-    ("total_time_high_s", "high ms", num(1e3)),
-    ("full_run_time_s", "measured ms", num(1e3)),
-    ("time_error", "error", signed_percent),
-    ("predictor_version", "predictor", integer),
-]
 
 
 def predictions_section(
