@@ -81,6 +81,22 @@ def pct(ratio: float) -> str:
     return f"{ratio * 100:+.1f} %"
 
 
+def _update_period(
+    name: str, title: str, measure: Callable[[], float | None], consequence: str
+) -> float | Check | None:
+    """Return a reading's update period (s; None: unknown), or the failed check saying why not."""
+    try:
+        return measure()
+    except DeviceError as exc:
+        return fail(
+            name,
+            title,
+            f"present, but its update period cannot be measured: {exc}",
+            consequence,
+            present=True,
+        )
+
+
 def counter_check(
     device: Device, timeout_s: float, *, title: str = "energy counter", fix: str = ""
 ) -> Check:
@@ -99,17 +115,15 @@ def counter_check(
             else "times are measured; energy is not"
         )
         return warn("energy_counter", title, value, action, present=False)
-    try:
-        period = device.counter_update_period_s(timeout_s=timeout_s)
-    except DeviceError as exc:
-        return fail(
-            "energy_counter",
-            title,
-            f"present, but its update period cannot be measured: {exc}",
-            "the worker measures this period when it starts and would stop: check that the "
-            "device is healthy (nvidia-smi on a GPU) and run the doctor again",
-            present=True,
-        )
+    period = _update_period(
+        "energy_counter",
+        title,
+        lambda: device.counter_update_period_s(timeout_s=timeout_s),
+        "the worker measures this period when it starts and would stop: check that the "
+        "device is healthy (nvidia-smi on a GPU) and run the doctor again",
+    )
+    if isinstance(period, Check):
+        return period
     scope = device.energy_scope()
     where = f" (scope {scope})" if scope else ""
     return ok(
@@ -140,16 +154,14 @@ def power_check(
             else "times are measured; energy is not"
         )
         return warn("power", title, reason, action, present=False)
-    try:
-        period = device.power_update_period_s(timeout_s=timeout_s)
-    except DeviceError as exc:
-        return fail(
-            "power",
-            title,
-            f"present, but its update period cannot be measured: {exc}",
-            "the first energy window measures this period and would fail: check the device",
-            present=True,
-        )
+    period = _update_period(
+        "power",
+        title,
+        lambda: device.power_update_period_s(timeout_s=timeout_s),
+        "the first energy window measures this period and would fail: check the device",
+    )
+    if isinstance(period, Check):
+        return period
     interval = sampling_interval_s(period)
     scope = device.power_scope()
     return ok(
