@@ -68,6 +68,7 @@ def train(
     """Fit the kind's predictors on every configuration measured there, stored as a new version."""
     import time
 
+    from operator_db.estimate.predict.model import interval_text
     from operator_db.estimate.predict.store import train as train_predictor
 
     started = time.perf_counter()
@@ -93,22 +94,17 @@ def train(
             str(m.samples),
             m.kind,
             "-" if m.cv_median_error is None else f"{m.cv_median_error:.1%}",
-            f"÷/× {_factor(m.interval_ln)}",
+            interval_text(m.interval_ln),
         )
     console.print(table)
     console.print(f"training data {predictor.data_hash[:12]}")
-
-
-def _factor(interval_ln: float) -> str:
-    import math
-
-    return "inf" if not math.isfinite(interval_ln) else f"{math.exp(interval_ln):.2f}"
 
 
 @app.command("list")
 def list_predictors(device_kind: KindOption = None, db: DatabaseOption = None) -> None:
     """List the stored predictors, newest version first (estimates use the newest)."""
     from operator_db.db import queries
+    from operator_db.estimate.predict.model import interval_text
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kinds = {k.id: k.name for k in queries.device_kinds(session)}
@@ -136,7 +132,7 @@ def list_predictors(device_kind: KindOption = None, db: DatabaseOption = None) -
                 str(r.samples),
                 str(r.library.get("estimator", "")),
                 "-" if r.cv_median_error is None else f"{r.cv_median_error:.1%}",
-                f"{r.level:.0%} ÷/× {_factor(r.interval_ln)}",
+                f"{r.level:.0%} {interval_text(r.interval_ln)}",
                 r.data_hash[:12],
             )
     console.print(table if rows else "no predictors yet: `opdb predict train`")

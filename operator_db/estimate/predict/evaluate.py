@@ -22,7 +22,6 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.errors import InvalidInputError
 from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.predict.features import predictable
 from operator_db.estimate.predict.model import LEVEL, MIN_PER_OP, fit_predictor
 from operator_db.estimate.predict.store import training_data
 from operator_db.estimate.studies.models import family_label
@@ -173,7 +172,7 @@ def evaluate(
                 f"{', '.join(idle)}: no full run on {kind.name} to compare a prediction with"
             )
     candidates = queries.list_models(session, ids=sorted(run_of), names=models)
-    links = queries.models_configs(session, [m.id for m in candidates])
+    links = data.links  # every model's configurations, read once with the training data
     measured = {s.config.id: s for s in data.samples}
     groups: dict[str, list[int]] = {}
     for m in candidates:
@@ -208,7 +207,7 @@ def evaluate(
             seen: float | None = 0.0
             for mc in links[model_id]:
                 p = predicted.get(mc.config.id)
-                if p is not None and predictable(mc.config):
+                if p is not None:  # None: opaque, no bytes, or no roofs for its dtype
                     total += mc.count * p.value
                     low += mc.count * p.low
                     high += mc.count * p.high

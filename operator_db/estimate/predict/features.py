@@ -15,12 +15,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from operator_db.estimate.roofline import Peaks
+from operator_db.specs.schema import DTYPE_BYTES
 
 MIN_BOUND_S = 1e-9
 """The smallest roofline bound a target is scaled by, s: work of no FLOPs and no bytes (a view,
 an identity) still takes time, which its model predicts as this many times 1 ns."""
-
-DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
 
 GENERIC_FEATURES = (
     "ln_flops",
@@ -65,6 +64,11 @@ class ConfigLike(Protocol):
     params: int
 
 
+def dtype_of(cfg: Any) -> str:
+    """Return a configuration's dtype (a spec without one computes in float32)."""
+    return str(cfg.dtype or "float32")
+
+
 def work_flops(cfg: ConfigLike) -> float:
     """Return the FLOPs of one measured call: forward, plus backward for a training config."""
     flops = float(cfg.flops or 0)
@@ -87,14 +91,14 @@ def _ln(x: float) -> float:
     return math.log(x) if x > 0 else 0.0
 
 
-def _numel(tensor: Any) -> float:
-    shape = tensor.get("shape", []) if isinstance(tensor, Mapping) else []
-    return float(math.prod(int(d) for d in shape)) if shape else 0.0
-
-
 def _shape(tensor: Any) -> list[int]:
     shape = tensor.get("shape", []) if isinstance(tensor, Mapping) else []
     return [int(d) for d in shape]
+
+
+def _numel(tensor: Any) -> float:
+    shape = _shape(tensor)
+    return float(math.prod(shape)) if shape else 0.0
 
 
 def generic_features(cfg: ConfigLike, peaks: Peaks) -> dict[str, float]:
@@ -107,7 +111,7 @@ def generic_features(cfg: ConfigLike, peaks: Peaks) -> dict[str, float]:
         "ln_bytes": math.log1p(nbytes),
         "ln_intensity": math.log((flops + 1.0) / (nbytes + 1.0)),
         "ln_bound": math.log(bound_s(cfg, peaks)),
-        "compute_bound": float(flops / peaks.flops_per_s > nbytes / peaks.bytes_per_s),
+        "compute_bound": float(peaks.bound_type(flops, nbytes) == "compute"),
         "ln_params": math.log1p(float(cfg.params or 0)),
         "inputs": float(len(cfg.inputs)),
         "ln_input0": math.log1p(_numel(cfg.inputs[0])) if cfg.inputs else 0.0,
@@ -115,7 +119,7 @@ def generic_features(cfg: ConfigLike, peaks: Peaks) -> dict[str, float]:
         "ln_input1": math.log1p(_numel(cfg.inputs[1])) if len(cfg.inputs) > 1 else 0.0,
         "ln_output0": math.log1p(_numel(cfg.outputs[0])) if cfg.outputs else 0.0,
         "training": float(cfg.mode == "training"),
-        "dtype_bytes": float(DTYPE_BYTES.get(cfg.dtype or "float32", 4)),
+        "dtype_bytes": float(DTYPE_BYTES.get(dtype_of(cfg), 4)),
     }
     for prefix, tensors, index, last in (
         ("ln_dim0", cfg.inputs, 0, 4),

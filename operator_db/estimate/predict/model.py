@@ -18,18 +18,16 @@ import math
 import pickle
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from operator_db.errors import InvalidInputError
 from operator_db.estimate.predict.features import (
     GENERIC_FEATURES,
-    ConfigLike,
-    arg_features,
     bound_s,
+    dtype_of,
     features,
-    generic_features,
     matrix,
     predictable,
     work_flops,
@@ -135,17 +133,12 @@ class Predictor:
     version: int | None = None
     device_kind: str | None = None
     created_at: datetime | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def samples(self) -> int:
         """Configurations the time fallback was fitted on (all measured ones)."""
         fallback = self.models.get(("time", FALLBACK))
         return 0 if fallback is None else fallback.samples
-
-    def peaks_for(self, dtype: str | None) -> Peaks | None:
-        """Return the roofs of ``dtype`` (None: float32), or None where unknown."""
-        return self.peaks.get(dtype or "float32")
 
     def predict(self, configs: Sequence[Any], target: Target = "time") -> list[Prediction | None]:
         """Predict the per-call cost of each configuration (None: cannot be predicted).
@@ -156,7 +149,7 @@ class Predictor:
         out: list[Prediction | None] = [None] * len(configs)
         groups: dict[str, list[tuple[int, dict[str, float], float]]] = {}
         for i, cfg in enumerate(configs):
-            peaks = self.peaks_for(cfg.dtype)
+            peaks = self.peaks.get(dtype_of(cfg))
             if peaks is None or not predictable(cfg):
                 continue
             model = self.models.get((target, cfg.op)) or self.models.get((target, FALLBACK))
@@ -164,7 +157,7 @@ class Predictor:
                 continue
             groups.setdefault(model.op, []).append((i, features(cfg, peaks), bound_s(cfg, peaks)))
         for op, items in groups.items():
-            model = self.models.get((target, op)) or self.models[(target, FALLBACK)]
+            model = self.models[(target, op)]  # grouped by the op of the model found above
             fitted = model if model.estimator is not None else self.models[(target, FALLBACK)]
             rows = [row for _, row, _ in items]
             ln = fitted.predict_ln(rows, [configs[i].op for i, _, _ in items])
@@ -181,6 +174,11 @@ def _prediction(y: float, model: OpModel, bound: float, *, floor: bool) -> Predi
 
     q = model.interval_ln
     return Prediction(cost(y), cost(y - q), cost(y + q), bound, model.op)
+
+
+def interval_text(interval_ln: float) -> str:
+    """Return an interval's half-width as the factor it is: ``÷/× 1.43`` (``÷/× ∞``: unbounded)."""
+    return f"÷/× {math.exp(interval_ln):.2f}" if math.isfinite(interval_ln) else "÷/× ∞"
 
 
 def conformal_half_width(residuals: Sequence[float], level: float) -> float:
@@ -320,9 +318,7 @@ def fit_predictor(
     if not 0 < level < 1:
         raise InvalidInputError(f"interval level must be between 0 and 1, not {level}")
     usable = [
-        s
-        for s in samples
-        if predictable(s.config) and (s.config.dtype or "float32") in peaks and s.time_s > 0
+        s for s in samples if predictable(s.config) and dtype_of(s.config) in peaks and s.time_s > 0
     ]
     if len(usable) < MIN_SAMPLES:
         raise InvalidInputError(
@@ -336,7 +332,7 @@ def fit_predictor(
         if len(y) < MIN_SAMPLES:
             continue
         fallback, fallback_residuals = fit_op_model(
-            FALLBACK, target, [{**g, **a} for g, a in rows], ops, y, level=level, groups=groups
+            FALLBACK, target, rows, ops, y, level=level, groups=groups
         )
         predictor.models[(target, FALLBACK)] = fallback
         by_op: dict[str, list[int]] = {}
@@ -348,7 +344,7 @@ def fit_predictor(
             own, residuals = fit_op_model(
                 op,
                 target,
-                [{**rows[i][0], **rows[i][1]} for i in idx],
+                [rows[i] for i in idx],
                 [op] * len(idx),
                 [y[i] for i in idx],
                 level=level,
@@ -381,7 +377,7 @@ def effective_peaks(samples: Sequence[Sample], peaks: dict[str, Peaks]) -> dict[
     """
     out: dict[str, Peaks] = {}
     for dtype, peak in peaks.items():
-        mine = [s for s in samples if (s.config.dtype or "float32") == dtype and s.time_s > 0]
+        mine = [s for s in samples if dtype_of(s.config) == dtype and s.time_s > 0]
         flops = [work_flops(s.config) / s.time_s for s in mine]
         nbytes = [float(s.config.bytes or 0) / s.time_s for s in mine]
         fast_flops = _quantile(flops, ROOF_QUANTILE)
@@ -409,9 +405,9 @@ def _mean_abs(values: Sequence[float]) -> float:
 
 def _training_rows(
     samples: Sequence[Sample], peaks: dict[str, Peaks], target: Target
-) -> tuple[list[tuple[dict[str, float], dict[str, float]]], list[str], list[float], list[str]]:
-    """Return (generic, argument) features, operator types, ln(cost / bound) and groups."""
-    rows: list[tuple[dict[str, float], dict[str, float]]] = []
+) -> tuple[list[dict[str, float]], list[str], list[float], list[str]]:
+    """Return the features, operator types, ln(cost / bound) and groups of a target's samples."""
+    rows: list[dict[str, float]] = []
     ops: list[str] = []
     y: list[float] = []
     groups: list[str] = []
@@ -419,10 +415,9 @@ def _training_rows(
         cost = s.cost(target)
         if cost is None or cost <= 0:
             continue
-        cfg: ConfigLike = s.config
-        p = peaks[cfg.dtype or "float32"]
-        rows.append((generic_features(cfg, p), arg_features(cfg.args or {})))
-        ops.append(cfg.op)
-        y.append(math.log(cost / bound_s(cfg, p)))
+        p = peaks[dtype_of(s.config)]
+        rows.append(features(s.config, p))
+        ops.append(s.config.op)
+        y.append(math.log(cost / bound_s(s.config, p)))
         groups.append(s.group)
     return rows, ops, y, groups

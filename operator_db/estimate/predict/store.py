@@ -14,10 +14,12 @@ from sqlalchemy.orm import Session
 
 import operator_db
 from operator_db.db import queries
-from operator_db.db.models import DeviceKind
+from operator_db.db.models import DeviceKind, Model
 from operator_db.db.models import Predictor as PredictorRow
+from operator_db.db.queries import ModelConfig
 from operator_db.errors import InvalidInputError, NotFoundError
 from operator_db.estimate.peaks import best_peaks, kind_peaks
+from operator_db.estimate.predict.features import dtype_of
 from operator_db.estimate.predict.model import (
     LEVEL,
     MIN_PER_OP,
@@ -36,6 +38,8 @@ class TrainingData:
     samples: list[Sample]
     peaks: dict[str, Peaks]
     """Roofs by dtype (the dtypes of the samples that have some)."""
+    links: dict[int, list[ModelConfig]]
+    """Every stored model's configurations, by model id (their groups come from these)."""
 
 
 def training_data(session: Session, kind: DeviceKind) -> TrainingData:
@@ -47,24 +51,24 @@ def training_data(session: Session, kind: DeviceKind) -> TrainingData:
     configs = queries.configs_by_ids(session, list(by_id))
     known = kind_peaks(session, kind, kind.name)
     peaks: dict[str, Peaks] = {}
-    for dtype in sorted({c.dtype or "float32" for c in configs}):
+    for dtype in sorted({dtype_of(c) for c in configs}):
         found = best_peaks(known, dtype)
         if found is not None:
             peaks[dtype] = found
-    group = _groups(session)
+    models = queries.list_models(session)
+    links = queries.models_configs(session, [m.id for m in models])
+    group = _groups(models, links)
     samples = [
         Sample(c, by_id[c.id].time_median_s, by_id[c.id].energy_per_call_j, group.get(c.id, ""))
         for c in configs
     ]
-    return TrainingData(samples, peaks)
+    return TrainingData(samples, peaks, links)
 
 
-def _groups(session: Session) -> dict[int, str]:
+def _groups(models: list[Model], links: dict[int, list[ModelConfig]]) -> dict[int, str]:
     """Return each configuration's group: the family of the first model (by name) running it."""
     from operator_db.estimate.studies.models import family_label
 
-    models = queries.list_models(session)
-    links = queries.models_configs(session, [m.id for m in models])
     out: dict[int, str] = {}
     for m in models:
         label = family_label(m, with_mode=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +11,7 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind
 from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.predict.model import interval_text
 from operator_db.estimate.report.columns import PREDICTION_DISPLAY
 from operator_db.estimate.report.document import Document, display
 
@@ -97,8 +97,8 @@ def predictions_section(
         [
             f"{names[r.device_kind_id]} v{r.version} ({r.created_at:%Y-%m-%d}): {r.target} of "
             f"{r.op}, {r.samples} configurations, {r.library.get('estimator', '')}, CV median "
-            f"error {_pct(r.cv_median_error)}, {r.level:.0%} interval ÷/× "
-            f"{_factor(r.interval_ln)}"
+            f"error {_pct(r.cv_median_error)}, {r.level:.0%} interval "
+            f"{interval_text(r.interval_ln)}"
             for r in rows
             if r.version == newest[r.device_kind_id] and r.target == "time"
         ]
@@ -111,7 +111,3 @@ def predictions_section(
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
-
-
-def _factor(interval_ln: float) -> str:
-    return "∞" if not math.isfinite(interval_ln) else f"{math.exp(interval_ln):.2f}"
