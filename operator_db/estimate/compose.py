@@ -33,6 +33,8 @@ from operator_db.estimate.rows import (
 if TYPE_CHECKING:  # pandas only where a table is asked for: `opdb estimate` prints the rows
     import pandas as pd
 
+    from operator_db.estimate.predict.model import Predictor
+
 TimingChoice = Literal["eager", "graph"]
 CacheChoice = Literal["warm", "cold"]
 AggregateChoice = Aggregate
@@ -288,7 +290,7 @@ def estimate_model(
     aggregate: AggregateChoice = "latest",
     cache_mode: CacheChoice = "warm",
     between_ops_warn: float = BETWEEN_OPS_WARN,
-    predict: bool = False,
+    predict: bool | Predictor = False,
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
@@ -303,7 +305,8 @@ def estimate_model(
     (:func:`~operator_db.estimate.peaks.best_peaks`), None none.
     ``between_ops_warn`` is the share of the estimate above which the time between operators is
     a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``). ``predict`` fills the configurations not
-    measured on the kind with the kind's newest predictor (``estimate/predict/mix.py``).
+    measured on the kind with the kind's newest predictor (``estimate/predict/mix.py``), or
+    with the one given (a report estimating many models loads it once).
 
     Raises:
         NotFoundError: unknown model or device kind; ``predict`` and no predictor for the kind.
@@ -435,11 +438,11 @@ def estimate_model(
         cache_mode=cache_mode,
         warnings=warnings,
     )
-    if not predict:
+    if predict is False:
         return est
     from operator_db.estimate.predict.mix import add_predictions  # scikit-learn behind it
 
-    return add_predictions(session, est, model, kind)
+    return add_predictions(session, est, model, kind, None if predict is True else predict)
 
 
 def _host_stage(run: Figure | None, records: list[dict[str, Any]]) -> float | None:

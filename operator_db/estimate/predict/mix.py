@@ -27,14 +27,24 @@ if TYPE_CHECKING:
     from operator_db.estimate.compose import Estimate
 
 
-def add_predictions(session: Session, est: Estimate, model: Model, kind: DeviceKind) -> Estimate:
+def add_predictions(
+    session: Session,
+    est: Estimate,
+    model: Model,
+    kind: DeviceKind,
+    predictor: Predictor | None = None,
+) -> Estimate:
     """Return ``est`` with its unmeasured configurations predicted by the kind's predictor.
+
+    ``predictor``: one already loaded for the kind (many estimates, one load); None loads the
+    kind's newest.
 
     Raises:
         NotFoundError: no predictor was trained for the kind.
         InvalidInputError: the stored predictor needs another scikit-learn (retrain it).
     """
-    predictor = require_predictor(session, kind)
+    if predictor is None:
+        predictor = require_predictor(session, kind)
     configs = {mc.config.key: mc.config for mc in queries.model_configs(session, model.id)}
     todo = [r for r in est.config_rows if not r["measured"] and r["form"] != "opaque"]
     cfgs = [configs[r["key"]] for r in todo]

@@ -12,6 +12,7 @@ from operator_db.db import queries
 from operator_db.db.models import DeviceKind
 from operator_db.estimate.compose import estimate_model
 from operator_db.estimate.predict.model import interval_text
+from operator_db.estimate.predict.store import load_predictor
 from operator_db.estimate.report.columns import PREDICTION_DISPLAY
 from operator_db.estimate.report.document import Document, display
 
@@ -39,16 +40,16 @@ def prediction_table(
     Sweeps (``opdb sweep``: grids, not models) are left out. Times in s; ``coverage`` the measured
     share of calls, ``coverage_predicted`` the predicted share.
     """
-    trained = {p.device_kind_id for p in queries.list_predictors(session, [k.id for k in kinds])}
     chosen = queries.list_models(session, names=models)
     records: list[dict[str, Any]] = []
     for kind in kinds:
-        if kind.id not in trained:
+        predictor = load_predictor(session, kind)  # once per kind, not per model
+        if predictor is None:
             continue
         for model in chosen:
             if (model.provenance or {}).get("tool") == "opdb sweep":
                 continue
-            est = estimate_model(session, model.name, kind.name, predict=True)
+            est = estimate_model(session, model.name, kind.name, predict=predictor)
             low, high = est.total_time_bounds_s
             records.append(
                 {
