@@ -27,6 +27,7 @@ from operator_db.estimate.rows import (
     by_op,
     coverage_warnings,
     finite_values,
+    sum_if_all_known,
     sum_known,
 )
 
@@ -375,11 +376,7 @@ def estimate_model(
         if total_roof > 0:
             coverage_roofline = sum_known(r["roofline_time_s"] for r in done) / total_roof
     energies = [r["energy_j"] for r in records if r["measured"]]
-    energy_total = (
-        math.fsum(e for e in energies if e is not None)
-        if energies and all(e is not None for e in energies)
-        else None
-    )
+    energy_total = sum_if_all_known(energies)
     op_rows = by_op(records, total_time)
     run = runs.get((model.id, kind.id, "graph" if timing == "graph" else "eager")) or runs.get(
         (model.id, kind.id, "eager")

@@ -56,6 +56,17 @@ def sum_known(values: Iterable[float | None]) -> float:
     return math.fsum(v for v in values if v is not None)
 
 
+def sum_if_all_known(values: Iterable[float | None]) -> float | None:
+    """Return the sum of ``values`` if every one is known, else None (also for none at all).
+
+    An energy total over configurations where one has no energy would understate it.
+    """
+    listed = list(values)
+    if not listed or any(v is None for v in listed):
+        return None
+    return math.fsum(v for v in listed if v is not None)
+
+
 def by_op(records: list[dict[str, Any]], total_time: float) -> list[dict[str, Any]]:
     """Per operator type, costliest first: configurations, calls, time (s), energy (J), FLOPs.
 

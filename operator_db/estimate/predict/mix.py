@@ -21,7 +21,7 @@ from operator_db.db import queries
 from operator_db.db.models import DeviceKind, Model
 from operator_db.estimate.predict.model import Prediction, Predictor
 from operator_db.estimate.predict.store import require_predictor
-from operator_db.estimate.rows import by_op, coverage_warnings, sum_known
+from operator_db.estimate.rows import by_op, coverage_warnings, sum_if_all_known, sum_known
 
 if TYPE_CHECKING:
     from operator_db.estimate.compose import Estimate
@@ -83,26 +83,21 @@ def with_predictions(
         r["time_share"] = r["time_s"] / total if r["time_s"] is not None and total > 0 else None
     measured_s = sum_known(r["time_s"] for r in rows if r["measured"])
     calls = sum(r["count"] for r in rows)
-    energies = [r["energy_j"] for r in known]
-    energy = (
-        math.fsum(e for e in energies if e is not None)
-        if energies and all(e is not None for e in energies)
-        else None
-    )
+    share = sum(r["count"] for r in predicted) / calls if calls else 0.0
     return replace(
         est,
         config_rows=rows,
         op_rows=by_op(rows, total),
         time_s=total,
-        energy_j=energy,
+        energy_j=sum_if_all_known(r["energy_j"] for r in known),
         predicted=len(predicted),
-        coverage_predicted=sum(r["count"] for r in predicted) / calls if calls else 0.0,
+        coverage_predicted=share,
         predicted_time_s=total - measured_s,
         time_low_s=measured_s + math.fsum(r["count"] * r["time_low_per_call_s"] for r in predicted),
         time_high_s=measured_s
         + math.fsum(r["count"] * r["time_high_per_call_s"] for r in predicted),
         predictor=describe(predictor),
-        warnings=_warnings(est, rows, predicted, predictor),
+        warnings=_warnings(est, rows, predicted, share, predictor),
     )
 
 
@@ -128,6 +123,7 @@ def _warnings(
     est: Estimate,
     rows: list[dict[str, Any]],
     predicted: list[dict[str, Any]],
+    predicted_share: float,
     predictor: Predictor,
 ) -> list[str]:
     """Return the warnings with the coverage ones redone: predicted rows are not a gap."""
@@ -135,10 +131,8 @@ def _warnings(
     old = coverage_warnings(est.coverage, est.coverage_roofline, est.unmeasured, opaque)
     kept = [w for w in est.warnings if w not in old]
     left = [r["key"] for r in rows if r["source"] is None and r["form"] != "opaque"]
-    done = est.coverage + (
-        sum(r["count"] for r in predicted) / max(1, sum(r["count"] for r in rows))
-    )
-    gaps = coverage_warnings(min(done, 1.0), None, left, opaque) if left or opaque else []
+    done = min(est.coverage + predicted_share, 1.0)
+    gaps = coverage_warnings(done, None, left, opaque) if left or opaque else []
     if not predicted:
         return kept + gaps
     whole = (
