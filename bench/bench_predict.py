@@ -19,6 +19,7 @@ import time
 
 from operator_db.db import queries
 from operator_db.db.store import Store
+from operator_db.errors import NotFoundError
 from operator_db.estimate.predict.evaluate import evaluate
 from operator_db.estimate.predict.store import train
 
@@ -30,11 +31,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     args = parser.parse_args()
     with Store.open(args.db) as store:
-        with store.transaction(read_only=True) as session:
-            kinds = [k.name for k in queries.device_kinds(session)]
-        kind = args.device_kind or (kinds[0] if len(kinds) == 1 else None)
-        if kind is None:
-            parser.error(f"several device kinds; choose with --device-kind: {', '.join(kinds)}")
+        try:
+            with store.transaction(read_only=True) as session:
+                kind = queries.sole_device_kind(session, args.device_kind)
+        except NotFoundError as exc:
+            parser.error(str(exc))
         started = time.perf_counter()
         with store.transaction() as session:
             predictor = train(session, kind)

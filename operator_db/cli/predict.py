@@ -6,15 +6,12 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, open_store
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
 
 app = typer.Typer(
     help="Predictors of per-call cost trained on the database: train, list, evaluate.",
@@ -37,27 +34,6 @@ MinPerOpOption = Annotated[
 ]
 
 
-def _kind(session: Session, name: str | None) -> str:
-    """Return ``name``, or the only device kind stored.
-
-    Raises:
-        NotFoundError: no kind, or several (the message lists them).
-    """
-    from operator_db.db import queries
-    from operator_db.errors import NotFoundError
-
-    if name is not None:
-        return name
-    kinds = [k.name for k in queries.device_kinds(session)]
-    if len(kinds) == 1:
-        return kinds[0]
-    raise NotFoundError(
-        "no device kind in the database yet: measure something first"
-        if not kinds
-        else "several device kinds; choose with --device-kind: " + ", ".join(kinds)
-    )
-
-
 @app.command()
 def train(
     device_kind: KindOption = None,
@@ -68,13 +44,17 @@ def train(
     """Fit the kind's predictors on every configuration measured there, stored as a new version."""
     import time
 
+    from operator_db.db import queries
     from operator_db.estimate.predict.model import interval_text
     from operator_db.estimate.predict.store import train as train_predictor
 
     started = time.perf_counter()
     with open_store(db) as store, store.transaction() as session:
         predictor = train_predictor(
-            session, _kind(session, device_kind), level=level, min_per_op=min_per_op
+            session,
+            queries.sole_device_kind(session, device_kind),
+            level=level,
+            min_per_op=min_per_op,
         )
     seconds = time.perf_counter() - started
     table = Table(
@@ -159,6 +139,7 @@ def evaluate(
     db: DatabaseOption = None,
 ) -> None:
     """Leave each model out, predict it from the rest, and compare with its measurements."""
+    from operator_db.db import queries
     from operator_db.estimate.predict.evaluate import evaluate as run
 
     if hold_out not in ("model", "family"):
@@ -166,7 +147,7 @@ def evaluate(
     with open_store(db) as store, store.transaction(read_only=True) as session:
         result = run(
             session,
-            _kind(session, device_kind),
+            queries.sole_device_kind(session, device_kind),
             hold_out="family" if hold_out == "family" else "model",
             level=level,
             min_per_op=min_per_op,

@@ -26,6 +26,7 @@ from operator_db.db.queries.devices import (
     get_or_create_host,
     kinds_measuring_model,
     list_hosts,
+    sole_device_kind,
 )
 from operator_db.db.queries.models import (
     ConfigCost,
@@ -65,6 +66,7 @@ from operator_db.db.queries.results import (
 from operator_db.db.queries.tables import TABLES, row_counts
 
 __all__ = [
+    "sole_device_kind",
     "configs_by_ids",
     "add_predictors",
     "latest_predictors",

@@ -103,6 +103,24 @@ def device_kinds(session: Session, names: Sequence[str] | None = None) -> list[D
     return list(session.scalars(select(DeviceKind).order_by(DeviceKind.name)))
 
 
+def sole_device_kind(session: Session, name: str | None) -> str:
+    """Return ``name``, or the only device kind stored where it is None.
+
+    Raises:
+        NotFoundError: no kind stored, or several (the message lists them).
+    """
+    if name is not None:
+        return name
+    kinds = [k.name for k in device_kinds(session)]
+    if len(kinds) == 1:
+        return kinds[0]
+    raise NotFoundError(
+        "no device kind in the database yet: measure something first"
+        if not kinds
+        else "several device kinds; choose with --device-kind: " + ", ".join(kinds)
+    )
+
+
 def kinds_measuring_model(session: Session, model_id: int) -> set[str]:
     """Return the names of the device kinds with a result of the model or of its configurations."""
     configs = select(ModelOperator.config_id).where(ModelOperator.model_id == model_id)
