@@ -201,8 +201,15 @@ def prepare(
                 model = queries.get_model(session, item.name)
                 kind_row = queries.get_or_create_device_kind(session, kind)
                 measured = queries.has_model_run(session, model.id, kind_row.id)
+                # With the operators, one interleaved job: the model and its configurations are
+                # timed in the same rounds, so that the estimate sees the machine the run saw.
                 queued = queue.enqueue_model(
-                    session, item.name, kind, operators=operators, with_model_run=True
+                    session,
+                    item.name,
+                    kind,
+                    operators=operators,
+                    with_model_run=True,
+                    interleaved=operators,
                 )
             if measured and not queued.queued_configs:
                 outcome.status = "stored"
@@ -238,8 +245,21 @@ def measure(
     options = WorkerOptions(until_idle=True, poll_s=0.5, model_ids=ids)
     # Without the operators no estimate is composed: its hollow run would only cost time.
     measuring = settings.measure.model_copy(update={"hollow_run": operators})
-    worker = Worker(store, device, measuring, options, on_event=on_event)
-    stats = worker.run()
+    stats = Worker(store, device, measuring, options, on_event=on_event).run()
+    if operators:
+        # A configuration the interleaved job could not rebuild is measured alone, so that its
+        # own job says why (as `opdb measure` does).
+        with store.transaction() as session:
+            left = sum(
+                queue.enqueue_model(
+                    session, o.item.name, device.identity().name, with_model_run=False
+                ).queued_configs
+                for o in outcomes
+                if o.status != "failed"
+            )
+        if left:
+            more = Worker(store, device, measuring, options, on_event=on_event).run()
+            stats = stats.plus(more)
     with store.transaction(read_only=True) as session:
         kind = queries.get_device_kind(session, device.identity().name)
         for outcome in outcomes:

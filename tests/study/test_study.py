@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -116,9 +117,41 @@ def test_operators_are_measured_when_asked(store: Store, tmp_path: Path, fast: N
         jobs, _ = queue.list_jobs(session)
         configs = queries.model_configs(session, queries.get_model(session, "mlp-b1").id)
         runs = list(session.scalars(select(FullModelRun)))
-    assert {j.target for j in jobs} == {"model", "operator"}
-    assert sum(j.target == "operator" for j in jobs) == len(configs)
+    # One interleaved job measured the model and every configuration in the same rounds.
+    assert [(j.target, j.status, (j.options or {}).get("interleaved")) for j in jobs] == [
+        ("model", "done", True)
+    ]
+    with store.transaction(read_only=True) as session:
+        kind_id = queries.get_device_kind(session, device.identity().name).id
+        measured = queries.measured_config_ids(session, [c.config.id for c in configs], kind_id)
+    assert len(measured) == len(configs)
     assert len(runs) == 1 and runs[0].hollow_time_s is not None  # what the estimate adds
+
+
+def test_a_configuration_the_interleaved_job_cannot_build_is_measured_alone(
+    store: Store, tmp_path: Path, fast: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from operator_db.worker import execute
+
+    device = FakeDevice(update_period_s=0.001)
+    items = plan(TINY, models=["mlp"], batch_sizes=[1], training_batch_sizes=[])
+    real = execute._prepare_operator
+    calls: list[str] = []
+
+    def first_relu_fails_once(config: Any, *args: Any) -> Any:
+        if config.op.endswith("ReLU") and not calls:
+            calls.append(config.key)
+            raise RuntimeError("cannot build it now")
+        return real(config, *args)
+
+    monkeypatch.setattr(execute, "_prepare_operator", first_relu_fails_once)
+    result = run_study(store, device, items, tmp_path, get_settings(), operators=True)
+    assert result.outcomes[0].status == "measured" and calls
+    with store.transaction(read_only=True) as session:
+        jobs, _ = queue.list_jobs(session)
+    alone = [j for j in jobs if j.target == "operator"]
+    assert len(alone) == 1 and alone[0].status == "done"
+    assert result.worker is not None and result.worker.done == 2
 
 
 def test_the_study_worker_leaves_other_jobs_in_the_queue(
