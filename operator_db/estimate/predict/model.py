@@ -215,8 +215,14 @@ def _candidates(n: int, categorical: list[bool] | None) -> dict[str, Any]:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    # Absolute error: the median error is what is judged, and a few noisy measurements (a view of
+    # 2 µs that once took 4) pull a squared loss; small trees: fewer splits on noise. Against
+    # squared error and 31 leaves, 12.8 % → 10.1 % median per-configuration error out of fold
+    # (families held out, docs/predict.md).
     boosting = HistGradientBoostingRegressor(
+        loss="absolute_error",
         max_iter=80,
+        max_leaf_nodes=15,
         learning_rate=0.15,
         min_samples_leaf=max(2, min(20, n // 10)),
         l2_regularization=1e-3,
