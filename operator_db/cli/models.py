@@ -13,12 +13,26 @@ app = typer.Typer(help="List and show the models stored.", no_args_is_help=True)
 
 
 @app.command("list")
-def list_models(db: DatabaseOption = None) -> None:
+def list_models(
+    names: Annotated[
+        bool,
+        typer.Option(
+            "--names",
+            help="Print the names alone, one per line (for a shell loop: "
+            "`for m in $(opdb models list --names); do ...; done`).",
+        ),
+    ] = False,
+    db: DatabaseOption = None,
+) -> None:
     """List every model with its operator counts, FLOPs and parameters."""
     from operator_db.db import queries
 
     with open_store(db) as store, store.transaction() as session:
         rows = queries.model_summaries(session)
+    if names:
+        for row in rows:
+            typer.echo(row.name)
+        return
     table = Table(
         "model", "mode", "batch", "configs", "op calls", "GFLOPs", "params (M)", "reference"
     )

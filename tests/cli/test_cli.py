@@ -230,6 +230,9 @@ def test_models_list_and_show(capsys: pytest.CaptureFixture[str], db_url: str) -
     listing = run_cli(capsys, "models", "list", "--db", db_url)
     assert listing.code == 0
     assert "mlp-deep-b8" in listing.out and "mlp-small-b8" in listing.out
+    names = run_cli(capsys, "models", "list", "--names", "--db", db_url)
+    assert names.code == 0 and "mlp-small-b8" in names.out.split("\n")
+    assert all(" " not in line for line in names.out.splitlines())  # names only, for a shell loop
     shown = run_cli(capsys, "models", "show", "mlp-small-b8", "--db", db_url)
     assert shown.code == 0 and "torch.nn.Linear" in shown.out and "8x784" in shown.out
     missing = run_cli(capsys, "models", "show", "resnet", "--db", db_url)
