@@ -209,6 +209,7 @@ def measure(
     are then queued alone, so that their own jobs say why.
     """
     from operator_db.config import get_settings
+    from operator_db.db import queue
     from operator_db.devices.factory import open_device
     from operator_db.estimate.significant import enqueue_significant_first
     from operator_db.worker.daemon import WorkerOptions
@@ -236,9 +237,9 @@ def measure(
         stats = run_worker(store, device, options)
         if interleave:
             with store.transaction() as session:
-                rest = enqueue_significant_first(session, model, kind, with_model_run=False)
-            if rest.queued_configs:
-                console.print(f"{rest.queued_configs} left out of the interleave: measured alone")
+                left = queue.enqueue_left_out(session, [model], kind)
+            if left:
+                console.print(f"{left} left out of the interleave: measured alone")
                 more = run_worker(store, device, options)
                 stats = stats.plus(more)
     _print_stats(stats)

@@ -12,7 +12,7 @@ Functions take ``session`` and never commit: the worker commits at each step.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -143,6 +143,19 @@ def enqueue_model(
         already_queued=len([c for c in ids if c in active and c not in measured]),
         opaque=len(configs) - len(ids),
         queued_model_run=queued_run,
+    )
+
+
+def enqueue_left_out(session: Session, model_names: Sequence[str], device_kind: str) -> int:
+    """Queue alone each configuration of the models that is still not measured on the kind.
+
+    After interleaved model jobs (``enqueue_model(interleaved=True)``): a configuration such a
+    job could not rebuild is measured on its own, so that its own job says why. Returns how many
+    were queued.
+    """
+    return sum(
+        enqueue_model(session, name, device_kind, with_model_run=False).queued_configs
+        for name in model_names
     )
 
 

@@ -249,14 +249,9 @@ def measure(
     if operators:
         # A configuration the interleaved job could not rebuild is measured alone, so that its
         # own job says why (as `opdb measure` does).
+        names = [o.item.name for o in outcomes if o.status != "failed"]
         with store.transaction() as session:
-            left = sum(
-                queue.enqueue_model(
-                    session, o.item.name, device.identity().name, with_model_run=False
-                ).queued_configs
-                for o in outcomes
-                if o.status != "failed"
-            )
+            left = queue.enqueue_left_out(session, names, device.identity().name)
         if left:
             more = Worker(store, device, measuring, options, on_event=on_event).run()
             stats = stats.plus(more)
