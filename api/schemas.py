@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
+from operator_db.db.models import as_utc
 from operator_db.db.queries.devices import KIND_NAME_PATTERN
 
 T = TypeVar("T")
 
 
-def _as_utc(value: datetime) -> datetime:
-    # The store writes UTC; SQLite hands it back without a zone. RFC 3339 needs the offset.
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-Timestamp = Annotated[datetime, AfterValidator(_as_utc)]
+Timestamp = Annotated[datetime, AfterValidator(as_utc)]
 """A moment in UTC, written with its offset (RFC 3339 ``date-time``)."""
 
 

@@ -70,6 +70,15 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime) -> datetime:
+    """Return a stored moment timezone-aware, in UTC.
+
+    The store writes UTC; SQLite hands it back without a zone (RFC 3339 needs the offset), and
+    PostgreSQL in the session's zone.
+    """
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def _enum(values: tuple[str, ...], name: str) -> Enum:
     """Return a portable enum: a VARCHAR with a named CHECK constraint (no native type)."""
     return Enum(*values, name=name, native_enum=False, create_constraint=True, length=16)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
-from operator_db.db.models import DeviceKind, Model
+from operator_db.db.models import DeviceKind, Model, as_utc
 from operator_db.estimate.predict.model import Prediction, Predictor
 from operator_db.estimate.predict.store import require_predictor
 from operator_db.estimate.rows import by_op, coverage_warnings, sum_if_all_known, sum_known
@@ -107,16 +106,13 @@ def describe(predictor: Predictor) -> dict[str, Any]:
     return {
         "version": predictor.version,
         "device_kind": predictor.device_kind,
-        "trained_at": None if predictor.created_at is None else _utc(predictor.created_at),
+        "trained_at": (
+            None if predictor.created_at is None else as_utc(predictor.created_at).isoformat()
+        ),
         "samples": predictor.samples,
         "data_hash": predictor.data_hash,
         "level": None if fallback is None else fallback.level,
     }
-
-
-def _utc(when: datetime) -> str:
-    """Return ISO 8601 with its offset (SQLite gives the stored UTC time back without one)."""
-    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).isoformat()
 
 
 def _warnings(
