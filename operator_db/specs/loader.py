@@ -12,21 +12,37 @@ gigabytes. So the composer refuses:
   :data:`MAX_ALIAS_NODES` nodes in all;
 - an alias inside the node it names (a recursive structure).
 
-Each raises :class:`YAMLLimitError`, with the line and column where the limit was passed.
+Each raises :class:`YAMLLimitError`, with the line and column where the limit was passed. These
+limits come first, whatever PyYAML's release: where libyaml refuses a document by a limit of its
+own (libyaml 0.2.6 stops at 1,000 levels, scanning a kilobyte ahead of the events composed here),
+:func:`load_yaml` reads it again with PyYAML's pure-Python parser, which has no such limit.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.events import AliasEvent, Event
 from yaml.nodes import MappingNode, Node
+from yaml.parser import Parser as _PyParser
+from yaml.reader import Reader
 from yaml.resolver import BaseResolver, Resolver
+from yaml.scanner import Scanner
+
+
+class _PythonParser(Reader, Scanner, _PyParser):
+    """PyYAML's pure-Python reader, scanner and parser: slower, but with no limits of its own."""
+
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        _PyParser.__init__(self)
+
 
 try:
     from yaml._yaml import CParser as _Parser
@@ -34,16 +50,7 @@ try:
     C_PARSER = True
     """Whether libyaml's parser is used (PyYAML built with libyaml)."""
 except ImportError:  # pragma: no cover - PyYAML without libyaml: the same rules in pure Python
-    from yaml.parser import Parser as _PyParser
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
-
-    class _Parser(Reader, Scanner, _PyParser):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            _PyParser.__init__(self)
-
+    _Parser = _PythonParser  # type: ignore[assignment,misc]
     C_PARSER = False
 
 MAX_DEPTH = 64
@@ -63,14 +70,18 @@ def _limit(problem: str, event: Event) -> YAMLLimitError:
     return YAMLLimitError(None, None, problem, mark)
 
 
-class SpecLoader(Composer, _Parser, SafeConstructor, Resolver):
-    """Safe YAML loader: the limits above, no duplicate keys, ``1e-5`` a float (YAML 1.2).
+class _LimitedComposer(Composer, SafeConstructor, Resolver):
+    """Safe YAML composing and construction: the limits above, no duplicate keys, ``1e-5`` a float.
 
-    PyYAML's composer comes before the parser in the bases, so that it, not libyaml's, composes.
+    A loader is this with a parser after it in the bases (:class:`SpecLoader`, libyaml's where
+    PyYAML has it; :class:`PythonSpecLoader`), so that PyYAML's composer, not libyaml's, composes.
     """
 
-    def __init__(self, stream: str) -> None:
-        _Parser.__init__(self, stream)
+    if TYPE_CHECKING:  # from the parser the loader puts after this class
+
+        def peek_event(self) -> Event | None: ...
+
+    def __init__(self) -> None:
         Composer.__init__(self)
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
@@ -130,7 +141,23 @@ class SpecLoader(Composer, _Parser, SafeConstructor, Resolver):
             ) from None
 
 
-def _construct_mapping(loader: SpecLoader, node: MappingNode) -> dict[Hashable, Any]:
+class SpecLoader(_LimitedComposer, _Parser):
+    """The spec loader: :class:`_LimitedComposer` over libyaml's parser (fast)."""
+
+    def __init__(self, stream: str) -> None:
+        _Parser.__init__(self, stream)
+        _LimitedComposer.__init__(self)
+
+
+class PythonSpecLoader(_LimitedComposer, _PythonParser):
+    """The spec loader over PyYAML's pure-Python parser, which has no limits of its own."""
+
+    def __init__(self, stream: str) -> None:
+        _PythonParser.__init__(self, stream)
+        _LimitedComposer.__init__(self)
+
+
+def _construct_mapping(loader: _LimitedComposer, node: MappingNode) -> dict[Hashable, Any]:
     loader.flatten_mapping(node)
     seen: dict[Hashable, Any] = {}
     for key_node, value_node in node.value:
@@ -147,8 +174,8 @@ def _construct_mapping(loader: SpecLoader, node: MappingNode) -> dict[Hashable, 
 
 
 # The stubs bind add_constructor to PyYAML's own loader classes; SpecLoader is one in all but name.
-SpecLoader.add_constructor(BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[type-var]
-SpecLoader.add_implicit_resolver(
+_LimitedComposer.add_constructor(BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[type-var]
+_LimitedComposer.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
         r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
@@ -162,14 +189,37 @@ SpecLoader.add_implicit_resolver(
 )
 
 
+def _refused_by_libyaml(exc: yaml.YAMLError) -> bool:
+    """Whether libyaml refused a document by a limit of its own (libyaml 0.2.6: nesting).
+
+    libyaml's scanner reads up to a kilobyte ahead of the events this module composes, so its
+    limit can fire before this module's at a place of its own choosing.
+    """
+    problem = getattr(exc, "problem", None) or ""
+    return "maximum nesting depth" in problem
+
+
 def load_yaml(text: str) -> Any:
     """Parse one YAML document with :class:`SpecLoader` (None for an empty text).
+
+    The limits of this module are checked before any of the library's: where libyaml refuses a
+    document by a limit of its own, it is read again with PyYAML's Python parser, which has none,
+    so that the error (or the document) is the same whatever PyYAML or libyaml release is here.
 
     Raises:
         YAMLLimitError: the document passes a limit of this module.
         yaml.YAMLError: the text is not YAML, or holds a value Python cannot represent.
     """
-    loader = SpecLoader(text)
+    try:
+        return _load_with(SpecLoader, text)
+    except yaml.YAMLError as exc:
+        if isinstance(exc, YAMLLimitError) or not _refused_by_libyaml(exc):
+            raise
+    return _load_with(PythonSpecLoader, text)
+
+
+def _load_with(loader_class: type[SpecLoader] | type[PythonSpecLoader], text: str) -> Any:
+    loader = loader_class(text)
     try:
         return loader.get_single_data()
     finally:

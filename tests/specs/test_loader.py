@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from operator_db.errors import SpecError
+from operator_db.specs import loader
 from operator_db.specs.io import load_yaml_text
 from operator_db.specs.loader import C_PARSER, MAX_ALIASES, MAX_DEPTH
 from tests.helpers import EXAMPLE_SPECS
@@ -87,6 +88,35 @@ def test_deep_nesting_is_refused_not_a_recursion_error(text: str, where: str) ->
     message = yaml_error(text)
     assert time.perf_counter() - start < 1.0
     assert message == f"x.yaml: {where}: YAML over a limit: nested deeper than {MAX_DEPTH} levels"
+
+
+class _RefusingLoader(loader.SpecLoader):
+    """libyaml as a release with a limit of its own might be: it refuses every document."""
+
+    reads = 0
+
+    def get_single_data(self) -> object:
+        type(self).reads += 1
+        raise yaml.scanner.ScannerError(
+            "while increasing flow level", None, "exceeded maximum nesting depth", None
+        )
+
+
+def test_a_limit_of_libyaml_s_own_is_not_the_project_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's limits decide, whatever the library refuses by itself first."""
+    monkeypatch.setattr(loader, "SpecLoader", _RefusingLoader)
+    assert load_yaml_text("a: [[1]]", "x.yaml") == {"a": [[1]]}
+    assert yaml_error("[" * 2000) == (
+        f"x.yaml: line 1, column 65: YAML over a limit: nested deeper than {MAX_DEPTH} levels"
+    )
+    assert _RefusingLoader.reads == 2
+
+
+def test_other_libyaml_errors_are_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(loader, "PythonSpecLoader", lambda text: calls.append(text))
+    assert "invalid YAML" in yaml_error("a: [1, 2")
+    assert calls == []
 
 
 def test_nesting_up_to_the_limit_is_read() -> None:
