@@ -111,7 +111,7 @@ ZOO = [
     _case(
         T + "GPTJModel",
         {"n_layer": 2, "n_embd": 64, "n_head": 2, "rotary_dim": 16},
-        traced="NewGELUActivation",
+        traced="GPTJRotaryEmbedding NewGELUActivation",
     ),
     _case(
         T + "OPTModel",
