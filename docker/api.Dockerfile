@@ -28,13 +28,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # torch first, from its CPU index alone: from PyPI it would be the CUDA build (several GB).
 RUN python -m venv /opt/opdb \
     && pip install --no-cache-dir --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
-COPY constraints.txt /tmp/constraints.txt
+COPY requirements/runtime.txt /tmp/runtime.txt
 COPY --from=wheel /dist/ /tmp/dist/
-# The installed torch pinned as a constraint: the project's dependencies may not swap it.
-RUN python -c 'import torch; print(f"torch=={torch.__version__}")' > /tmp/torch-pin.txt \
-    && pip install --no-cache-dir -c /tmp/constraints.txt -c /tmp/torch-pin.txt \
-        /tmp/dist/operator_db-*.whl \
-    && rm -rf /tmp/dist /tmp/constraints.txt /tmp/torch-pin.txt \
+# Then exactly the lock's versions and files (hashes checked), and the project without its
+# dependencies: nothing may swap torch, nor take a release the tests have not seen.
+RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/runtime.txt \
+    && pip install --no-cache-dir --no-deps /tmp/dist/operator_db-*.whl \
+    && pip check \
+    && rm -rf /tmp/dist /tmp/runtime.txt \
     && useradd --system --uid 10001 --user-group --create-home --home-dir /home/opdb opdb
 
 USER 10001:10001

@@ -40,15 +40,14 @@ COPY --from=uv /uv /usr/local/bin/uv
 RUN uv venv --python 3.11 /opt/opdb \
     && uv pip install --python /opt/opdb/bin/python --index-url "$TORCH_INDEX_URL" \
         "torch==$TORCH_VERSION"
-COPY constraints.txt /tmp/constraints.txt
+COPY requirements/worker.txt /tmp/worker.txt
 COPY --from=wheel /dist/ /tmp/dist/
-# The installed torch pinned as a constraint (README, "On a GPU host"): nothing may swap it for
-# another build. The wheel's name is only known here; "$1[gpu]" asks for its extra.
-RUN python -c 'import torch; print(f"torch=={torch.__version__}")' > /tmp/torch-pin.txt \
-    && set -- /tmp/dist/operator_db-*.whl \
-    && uv pip install --python /opt/opdb/bin/python \
-        -c /tmp/constraints.txt -c /tmp/torch-pin.txt "$1[gpu]" \
-    && rm -rf /tmp/dist /tmp/constraints.txt /tmp/torch-pin.txt \
+# Then exactly the lock's versions and files for the gpu extra (hashes checked), and the project
+# without its dependencies: nothing may swap the CUDA torch for another build.
+RUN uv pip install --python /opt/opdb/bin/python --no-deps --require-hashes -r /tmp/worker.txt \
+    && uv pip install --python /opt/opdb/bin/python --no-deps /tmp/dist/operator_db-*.whl \
+    && uv pip check --python /opt/opdb/bin/python \
+    && rm -rf /tmp/dist /tmp/worker.txt \
     && useradd --system --uid 10001 --user-group --create-home --home-dir /home/opdb opdb
 
 USER 10001:10001

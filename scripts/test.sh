@@ -1,10 +1,25 @@
 #!/usr/bin/env bash
-# The test command: set up .venv, make sure PostgreSQL answers, then lint (ruff check, ruff format
-# --check, hadolint on the Dockerfiles), type-check, check the migrations against the models, and
-# run the tests (SQLite and PostgreSQL). Extra arguments go to pytest (e.g. -k ingest, -m gpu).
+# The test command: set up .venv from the lock, make sure PostgreSQL answers, then lint (ruff
+# check, ruff format --check, hadolint on the Dockerfiles), type-check, check the migrations
+# against the models, and run the tests (SQLite and PostgreSQL). Extra arguments go to pytest
+# (e.g. -k ingest, -m gpu).
+#
+#   bash scripts/test.sh --latest [PYTEST_ARGS...]   the same checks in .venv-latest, on the
+#       newest release of every dependency (torch still pinned): what `scripts/lock.sh --upgrade`
+#       would break. Not for CI: CI runs on the lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+venv=.venv
+if [ "${1:-}" = "--latest" ]; then
+  shift
+  venv=.venv-latest
+  export OPDB_DEPS=latest
+  bash scripts/bootstrap.sh --latest
+  "$venv/bin/python" -m pip list --format=freeze 2>/dev/null \
+    | grep -iE '^(transformers|pyyaml|sqlalchemy|pydantic|fastapi|pandas|numpy)==' >&2 || true
+else
+  bash scripts/bootstrap.sh
+fi
 
 pg_url="${OPDB_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test}"
 if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; then
@@ -14,12 +29,12 @@ if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; the
   fi
 fi
 
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/hadolint --failure-threshold style docker/*.Dockerfile
-.venv/bin/mypy
+"$venv/bin/ruff" check .
+"$venv/bin/ruff" format --check .
+"$venv/bin/hadolint" --failure-threshold style docker/*.Dockerfile
+"$venv/bin/mypy"
 tmpdb="$(mktemp -d)"
 trap 'rm -rf "$tmpdb"' EXIT
-OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" .venv/bin/opdb db upgrade >/dev/null
-OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" .venv/bin/alembic check
-OPDB_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest "$@"
+OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/opdb" db upgrade >/dev/null
+OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/alembic" check
+OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest "$@"
