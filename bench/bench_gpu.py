@@ -54,6 +54,12 @@ from operator_db.devices.nvml import nvml_available
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "gpu-validation"
+GPU_TESTS = (
+    "tests/devices/test_nvidia_gpu.py",
+    "tests/measure/test_gpu.py",
+    "tests/doctor/test_gpu.py",
+)
+"""The modules that hold every ``@pytest.mark.gpu`` test (tests/test_bench_gpu.py checks it)."""
 TAIL_LINES = 40
 
 
@@ -74,7 +80,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--pytest-args",
         default="",
-        help="Extra arguments for `pytest -m gpu` (e.g. test paths), one shell-quoted string.",
+        help="Extra arguments for `pytest -m gpu`, one shell-quoted string; test paths there "
+        "replace the GPU test modules.",
     )
     parser.add_argument(
         "--estimate-set",
@@ -124,11 +131,17 @@ def _junit_counts(path: Path) -> dict[str, int] | None:
 
 
 def run_pytest(extra: str, require_gpu: bool, timeout_s: float, out: Path) -> dict[str, Any]:
-    """Run ``pytest -m gpu`` in a subprocess from the repository root; return its figures."""
+    """Run ``pytest -m gpu`` in a subprocess from the repository root; return its figures.
+
+    It collects only :data:`GPU_TESTS` (or the paths ``extra`` names), so that a dependency of
+    other tests (the API's schemathesis, say) need not be on the GPU host.
+    """
     junit, log_path = out / f"{NAME}-pytest.xml", out / f"{NAME}-pytest.log"
     junit.unlink(missing_ok=True)
-    args = ["-m", "pytest", "-m", "gpu", "-s", "-rA", "-p", "no:cacheprovider"]
-    cmd = [sys.executable, *args, f"--junitxml={junit}", *shlex.split(extra)]
+    extra_args = shlex.split(extra)
+    paths = [] if any(not a.startswith("-") for a in extra_args) else list(GPU_TESTS)
+    args = ["-m", "pytest", "-m", "gpu", "-s", "-rA", "-p", "no:cacheprovider", *paths]
+    cmd = [sys.executable, *args, f"--junitxml={junit}", *extra_args]
     env = dict(os.environ)
     if require_gpu:
         env["OPDB_REQUIRE_GPU"] = "1"
@@ -160,7 +173,7 @@ def run_pytest(extra: str, require_gpu: bool, timeout_s: float, out: Path) -> di
     else:
         status = "pass"
     return {
-        "command": shlex.join(["python", *args, *shlex.split(extra)]),
+        "command": shlex.join(["python", *args, *extra_args]),
         "require_gpu": int(require_gpu),
         "returncode": code,
         "counts": counts,

@@ -1,19 +1,26 @@
-"""bench/bench_gpu.py's dry run on the fake device, end to end, with a tiny budget.
+"""The GPU host kit's dry run on the fake device, end to end, with a tiny budget.
 
-Every section must run and be written, in Markdown and JSON: ``pytest -m gpu`` (skipping here,
-without ``OPDB_REQUIRE_GPU``), the checks (GPU-only ones ``skipped: no CUDA``), and the estimate,
-whose cases past the budget are skipped with the reason.
+``scripts/gpu-validate.sh --dry-run`` runs ``opdb doctor`` and bench/bench_gpu.py, and leaves its
+files flat in OUT. Every section must run and be written, in Markdown and JSON: ``pytest -m gpu``
+(skipping here, without ``OPDB_REQUIRE_GPU``), the checks (GPU-only ones ``skipped: no CUDA``), and
+the estimate, whose cases past the budget are skipped with the reason. The GPU tests collect with
+the GPU host's locked set alone (requirements/gpu-host.txt).
 """
 
 from __future__ import annotations
 
+import ast
+import gzip
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from tests.helpers import REPO
 
@@ -25,6 +32,16 @@ CHECKS = {
     "graph_failure",
     "oom_recovery",
 }
+FILES = [
+    "gpu-validation.md",
+    "gpu-validation.json",
+    "gpu-validation-pytest.log",
+    "gpu-validation-pytest.xml",
+    "gpu-validation.sqlite.gz",
+    "doctor.txt",
+    "versions.txt",
+]
+"""What scripts/gpu-validate.sh leaves in OUT: fixed names, flat."""
 GPU_ONLY = {"graph_vs_eager", "graph_failure", "oom_recovery"}
 
 
@@ -32,25 +49,23 @@ GPU_ONLY = {"graph_vs_eager", "graph_failure", "oom_recovery"}
 def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPDB_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHON"] = sys.executable
     env["OPDB_DATABASE_URL"] = f"sqlite:///{tmp_path / 'unused.sqlite'}"
     done = subprocess.run(
         [
-            sys.executable,
-            str(REPO / "bench" / "bench_gpu.py"),
-            "--dry-run",
-            "--out",
+            "bash",
+            str(REPO / "scripts" / "gpu-validate.sh"),
             str(out),
+            "--dry-run",
+            "--",
             "--budget-s",
             "14",
-            "--pytest-args",
-            "tests/measure/test_gpu.py",
         ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -101,4 +116,72 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     for heading in ("**Dry run**", "## 1. `pytest -m gpu`", "## 2. Checks", "## 3. Interleaved"):
         assert heading in markdown
     assert "skipped: no CUDA" in markdown
-    assert (out / "gpu-validation-pytest.log").exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert "torch" in (out / "versions.txt").read_text()
+    assert "fake" in (out / "doctor.txt").read_text()
+    with gzip.open(out / "gpu-validation.sqlite.gz") as db:
+        assert db.read(16) == b"SQLite format 3\x00"
+
+
+def _gpu_tests() -> tuple[str, ...]:
+    tree = ast.parse((REPO / "bench" / "bench_gpu.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "GPU_TESTS":
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("bench/bench_gpu.py has no GPU_TESTS")
+
+
+GPU_MARK = re.compile(r"^(pytestmark = pytest\.mark\.gpu|\s*@pytest\.mark\.gpu)\b", re.M)
+
+
+def test_the_bench_collects_every_gpu_test() -> None:
+    marked = {
+        path.relative_to(REPO).as_posix()
+        for path in (REPO / "tests").rglob("test_*.py")
+        if GPU_MARK.search(path.read_text())
+    }
+    assert marked == set(_gpu_tests())
+
+
+BLOCKER = """
+import importlib.abc, sys
+BLOCKED = {blocked!r}
+class _Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{{name}} is not in requirements/gpu-host.txt")
+        return None
+sys.meta_path.insert(0, _Blocker())
+"""
+
+
+@pytest.mark.slow
+def test_the_gpu_tests_collect_with_the_gpu_host_set_alone(tmp_path: Path) -> None:
+    """What bench_gpu.py collects imports nothing a GPU host is not given (schemathesis, ...)."""
+    dev, host = (
+        {line.split("==")[0] for line in (REPO / "requirements" / f).read_text().splitlines()}
+        for f in ("dev.txt", "gpu-host.txt")
+    )
+    absent = {canonicalize_name(n) for n in dev - host if n and not n.startswith(("#", " "))}
+    blocked = sorted(
+        module
+        for module, dists in importlib.metadata.packages_distributions().items()
+        if all(canonicalize_name(d) in absent for d in dists)
+    )
+    assert {"schemathesis", "hypothesis", "httpx"} <= set(blocked)
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(blocked=blocked))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPDB_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # a host has no hypothesis plugin to load
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        + ["-p", "pytest_mock", "-m", "gpu", *_gpu_tests()],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " tests collected" in done.stdout or " selected" in done.stdout
