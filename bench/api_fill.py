@@ -39,8 +39,8 @@ from operator_db.db.migrate import head_revision, upgrade
 from operator_db.db.models import FullModelRun, Measurement, ModelOperator, OperatorConfig
 from operator_db.db.queries import PeakFigure
 from operator_db.db.store import Store
-from operator_db.estimate.chips import find_chip
-from operator_db.estimate.peaks import store_spec_peaks
+from operator_db.roofline.chips import find_chip
+from operator_db.roofline.peaks import store_spec_peaks
 from operator_db.specs import SPEC_VERSION
 from operator_db.specs.io import LoadedSpec, parse_spec
 

@@ -20,8 +20,8 @@ import time
 from operator_db.db import queries
 from operator_db.db.store import Store
 from operator_db.errors import NotFoundError
-from operator_db.estimate.predict.evaluate import evaluate
-from operator_db.estimate.predict.store import train
+from operator_db.predict.evaluate import evaluate
+from operator_db.predict.store import train
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def test_the_wheel_holds_the_specs_the_migrations_and_the_chips(wheel: Path) -> 
     assert {
         "operator_db/_migrations/env.py",
         "operator_db/_migrations/script.py.mako",
-        "operator_db/estimate/peaks.yaml",
+        "operator_db/roofline/peaks.yaml",
         "api/app.py",
     } <= names
     assert not any(name.startswith(("tests/", "bench/", "docs/")) for name in names)

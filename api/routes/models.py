@@ -97,6 +97,11 @@ def get_estimate(
     first. `predict=true` fills the configurations not measured on the kind with its newest
     predictor (`opdb predict train`), with an interval; 404 where the kind has none.
     """
+    predicted = None
+    if predict:  # scikit-learn behind it
+        from operator_db.predict.mix import predicted_costs
+
+        predicted = predicted_costs(session, name, device_kind)
     est = estimate_model(
         session,
         name,
@@ -107,7 +112,7 @@ def get_estimate(
         cache_mode=cache_mode,
         aggregate=aggregate,
         between_ops_warn=settings.estimate_between_ops_warn,
-        predict=predict,
+        predicted=predicted,
     )
     ranked = est.ranked_config_rows()
     summary = finite_values(est.summary())

@@ -63,9 +63,10 @@ def demo(
     from operator_db.config import get_settings
     from operator_db.db.ingest import ingest_specs
     from operator_db.devices.factory import open_device
-    from operator_db.estimate.report import build_report
     from operator_db.harvest import harvest, parse_input
-    from operator_db.study import get_set, plan, run_study
+    from operator_db.report import build_report
+    from operator_db.study.run import plan, run_study
+    from operator_db.study.sets import get_set
 
     out.mkdir(parents=True, exist_ok=True)
     console.rule("1. harvest")

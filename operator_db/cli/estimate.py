@@ -213,12 +213,17 @@ def estimate(
     from operator_db.config import get_settings
     from operator_db.db import queries
     from operator_db.estimate.compose import estimate_model
-    from operator_db.estimate.peaks import best_peaks, peaks_for_kind
+    from operator_db.roofline.peaks import best_peaks, peaks_for_kind
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kind = pick_kind(session, model, device_kind, predicted=predict)
         info = queries.get_model(session, model)
         peaks = best_peaks(peaks_for_kind(session, kind), info.dtype)
+        predicted = None
+        if predict:  # scikit-learn behind it
+            from operator_db.predict.mix import predicted_costs
+
+            predicted = predicted_costs(session, model, kind)
         est = estimate_model(
             session,
             model,
@@ -229,7 +234,7 @@ def estimate(
             aggregate="median" if aggregate == "median" else "latest",
             cache_mode="cold" if cache == "cold" else "warm",
             between_ops_warn=get_settings().estimate_between_ops_warn,
-            predict=predict,
+            predicted=predicted,
         )
     if as_json:
         sys.stdout.write(json.dumps(est.as_dict(), indent=2, allow_nan=False) + "\n")
@@ -297,17 +302,20 @@ def chips(
     db: DatabaseOption = None,
 ) -> None:
     """Plot the roofline of every chip of the spec-sheet table, with this database's devices."""
-    from operator_db.estimate.chip_roofline import (
+    from operator_db.roofline.chip_plot import (
         chip_roofs,
         describe_roof,
         device_roofs,
-        model_points,
         plot_chip_rooflines,
     )
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         devices = device_roofs(session, dtype, device_kind)
-        points = model_points(session, model or [], [d.kind_name for d in devices])
+        points = []
+        if model:  # each model's estimate and roofline table: pandas, only when asked for
+            from operator_db.estimate.rooflines import model_points
+
+            points = model_points(session, model, [d.kind_name for d in devices])
     path = plot_chip_rooflines(out, dtype=dtype, devices=devices, points=points)
     console.print(f"wrote {path}: {len(chip_roofs(dtype))} chips, {len(devices)} device kinds")
     for d in devices:
@@ -332,7 +340,7 @@ def peaks(
     db: DatabaseOption = None,
 ) -> None:
     """Measure this host's attainable peaks (large matmul per dtype, large copy) and store them."""
-    from operator_db.estimate.chips import load_peak_table
+    from operator_db.roofline.chips import load_peak_table
 
     if list_table:
         table = Table(
@@ -363,8 +371,8 @@ def peaks(
         return
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
-    from operator_db.estimate.peaks import record_peaks
     from operator_db.measure.peaks import measure_peaks
+    from operator_db.roofline.peaks import record_peaks
 
     with open_device(device, settings=get_settings()) as dev:
         measured = measure_peaks(dev, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()])

@@ -43,7 +43,7 @@ def command(
     Run it on a host with the GPU and ncu, then `opdb ncu import` the CSV (docs/ncu.md).
     """
     from operator_db.db import queries
-    from operator_db.estimate.ncu import ncu_command, shell_line
+    from operator_db.roofline.ncu import ncu_command, shell_line
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         found = queries.get_model(session, model)
@@ -96,7 +96,7 @@ def import_csv(
     db: DatabaseOption = None,
 ) -> None:
     """Store the counters of each configuration profiled in an ncu raw CSV (latest wins)."""
-    from operator_db.estimate.ncu import import_counters, read_csv_text
+    from operator_db.roofline.ncu import import_counters, read_csv_text
 
     text = read_csv_text(path)
     with open_store(db) as store, store.transaction() as session:

@@ -45,8 +45,8 @@ def train(
     import time
 
     from operator_db.db import queries
-    from operator_db.estimate.predict.model import interval_text
-    from operator_db.estimate.predict.store import train as train_predictor
+    from operator_db.predict.model import interval_text
+    from operator_db.predict.store import train as train_predictor
 
     started = time.perf_counter()
     with open_store(db) as store, store.transaction() as session:
@@ -84,7 +84,7 @@ def train(
 def list_predictors(device_kind: KindOption = None, db: DatabaseOption = None) -> None:
     """List the stored predictors, newest version first (estimates use the newest)."""
     from operator_db.db import queries
-    from operator_db.estimate.predict.model import interval_text
+    from operator_db.predict.model import interval_text
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kinds = {k.id: k.name for k in queries.device_kinds(session)}
@@ -140,7 +140,7 @@ def evaluate(
 ) -> None:
     """Leave each model out, predict it from the rest, and compare with its measurements."""
     from operator_db.db import queries
-    from operator_db.estimate.predict.evaluate import evaluate as run
+    from operator_db.predict.evaluate import evaluate as run
 
     if hold_out not in ("model", "family"):
         raise typer.BadParameter("--hold-out is model or family")

@@ -36,7 +36,7 @@ def report(
     db: DatabaseOption = None,
 ) -> None:
     """Write the study report: runs, complexity, batch, correlation, roofline, backward, layers."""
-    from operator_db.estimate.report import build_report
+    from operator_db.report import build_report
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         path = build_report(

@@ -14,7 +14,7 @@ from operator_db.cli.common import DatabaseOption, DeviceOption, console, open_s
 if TYPE_CHECKING:
     from operator_db.db.store import Store
     from operator_db.devices.base import Device
-    from operator_db.study import ItemOutcome, StudyItem, StudyResult
+    from operator_db.study.run import ItemOutcome, StudyItem, StudyResult
     from operator_db.worker.daemon import WorkerEvent
 
 
@@ -97,8 +97,9 @@ def study(
     """
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
-    from operator_db.estimate.report import build_report
-    from operator_db.study import get_set, plan
+    from operator_db.report import build_report
+    from operator_db.study.run import plan
+    from operator_db.study.sets import get_set
 
     settings = get_settings()
     with open_store(db) as store:
@@ -139,7 +140,7 @@ def _run(
 ) -> StudyResult:
     """Run the study with a progress display (log lines when not on a terminal)."""
     from operator_db.config import get_settings
-    from operator_db.study import run_study
+    from operator_db.study.run import run_study
 
     tty = console.is_terminal
     progress = Progress(

@@ -409,7 +409,7 @@ class Predictor(Base):
     A training run stores one row per (operator type, target) under one ``version`` per kind; the
     newest version is the one estimates use. ``op`` ``*`` is the fallback over every type. The
     estimator predicts ln(per-call cost / roofline bound) from the configuration's features
-    (``estimate/predict/features.py``), with the bound drawn from ``peaks``; it is a pickled
+    (``predict/features.py``), with the bound drawn from ``peaks``; it is a pickled
     scikit-learn object, loaded only with the library version in ``library``.
     """
 

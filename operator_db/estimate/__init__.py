@@ -1,1 +1,1 @@
-"""Estimates from the measurements: device peaks and the roofline (more to come)."""
+"""A model composed from stored figures: Σ count × per-call cost, its rows and coverage."""

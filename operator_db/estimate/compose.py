@@ -20,8 +20,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.queries import Aggregate, Figure
-from operator_db.estimate.peaks import best_peaks, kind_peaks
-from operator_db.estimate.roofline import Peaks
+from operator_db.estimate.predicted import Predicted, predicted_fields
 from operator_db.estimate.rows import (
     between_warnings,
     by_op,
@@ -30,11 +29,11 @@ from operator_db.estimate.rows import (
     sum_if_all_known,
     sum_known,
 )
+from operator_db.roofline.bounds import Peaks
+from operator_db.roofline.peaks import best_peaks, kind_peaks
 
 if TYPE_CHECKING:  # pandas only where a table is asked for: `opdb estimate` prints the rows
     import pandas as pd
-
-    from operator_db.estimate.predict.model import Predictor
 
 TimingChoice = Literal["eager", "graph"]
 CacheChoice = Literal["warm", "cold"]
@@ -121,7 +120,7 @@ class Estimate:
     (configurations not measured yet, opaque ones), or time between operators above the
     ``between_ops_warn`` share of the estimate. Empty when the estimate is whole."""
     predicted: int = 0
-    """Configurations whose cost is predicted, not measured (``estimate/predict``)."""
+    """Configurations whose cost is predicted, not measured (``predict/``)."""
     coverage_predicted: float = 0.0
     """Predicted calls / all calls of the model."""
     predicted_time_s: float = 0.0
@@ -291,7 +290,7 @@ def estimate_model(
     aggregate: AggregateChoice = "latest",
     cache_mode: CacheChoice = "warm",
     between_ops_warn: float = BETWEEN_OPS_WARN,
-    predict: bool | Predictor = False,
+    predicted: Predicted | None = None,
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
@@ -303,14 +302,14 @@ def estimate_model(
     ``cache_mode="cold"`` composes the results measured with the caches flushed before every call
     (``OPDB_MEASURE__CACHE_MODE=cold``; time only) instead of the warm ones. ``peaks`` draw the
     roofline; ``"best"`` takes the kind's best-known ones for the model's dtype
-    (:func:`~operator_db.estimate.peaks.best_peaks`), None none.
+    (:func:`~operator_db.roofline.peaks.best_peaks`), None none.
     ``between_ops_warn`` is the share of the estimate above which the time between operators is
-    a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``). ``predict`` fills the configurations not
-    measured on the kind with the kind's newest predictor (``estimate/predict/mix.py``), or
-    with the one given (a report estimating many models loads it once).
+    a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``). ``predicted`` fills the configurations not
+    measured on the kind with those per-call costs (``estimate/predicted.py``; a predictor's, from
+    ``operator_db.predict.mix.predicted_costs``).
 
     Raises:
-        NotFoundError: unknown model or device kind; ``predict`` and no predictor for the kind.
+        NotFoundError: unknown model or device kind.
     """
     model = queries.get_model(session, model_name)
     kind = queries.get_device_kind(session, device_kind)
@@ -435,11 +434,19 @@ def estimate_model(
         cache_mode=cache_mode,
         warnings=warnings,
     )
-    if predict is False:
+    if predicted is None:
         return est
-    from operator_db.estimate.predict.mix import add_predictions  # scikit-learn behind it
-
-    return add_predictions(session, est, model, kind, None if predict is True else predict)
+    return replace(
+        est,
+        **predicted_fields(
+            records,
+            predicted,
+            coverage=coverage,
+            coverage_roofline=coverage_roofline,
+            unmeasured=unmeasured,
+            warnings=warnings,
+        ),
+    )
 
 
 def _host_stage(run: Figure | None, records: list[dict[str, Any]]) -> float | None:

@@ -18,8 +18,10 @@ from operator_db.db import queries
 from operator_db.db.queries import CounterFigures
 from operator_db.errors import NotFoundError
 from operator_db.estimate.compose import Estimate, estimate_model
-from operator_db.estimate.peaks import peaks_for_kind, peaks_of
-from operator_db.estimate.roofline import Peaks, plot_roofline, roofline_table
+from operator_db.roofline.bounds import Peaks
+from operator_db.roofline.chip_plot import RoofPoint
+from operator_db.roofline.model import plot_roofline, roofline_table
+from operator_db.roofline.peaks import peaks_for_kind, peaks_of
 
 
 @dataclass
@@ -81,3 +83,24 @@ def model_roofline(session: Session, model_name: str, device_kind: str) -> Model
     }
     table = roofline_table(est, spec, measured, counters)
     return ModelRoofline(est, table, spec, measured, model.dtype)
+
+
+def model_points(session: Session, models: Sequence[str], kinds: Sequence[str]) -> list[RoofPoint]:
+    """Return each model's whole-model point on each kind where it has an achieved FLOP/s.
+
+    The point is the model's FLOPs over its compulsory bytes and its FLOPs over its measured
+    full-model time (or its composed time at full coverage), as in ``opdb roofline``.
+
+    Raises:
+        NotFoundError: an unknown model, or a kind without peaks.
+    """
+    out: list[RoofPoint] = []
+    for model in models:
+        for kind in kinds:
+            view = model_roofline(session, model, kind)
+            row = view.table[view.table["op"] == "(model)"].iloc[0]
+            achieved = row["achieved_flops_per_s"]
+            if achieved and row["bytes"] and achieved == achieved:  # NaN: not measured
+                label = f"{model} ({view.dtype}) on {kind}"
+                out.append(RoofPoint(label, float(row["intensity"]), float(achieved)))
+    return out

@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries, queue
-from operator_db.estimate.peaks import best_peaks, peaks_for_kind
-from operator_db.estimate.roofline import Peaks
+from operator_db.roofline.bounds import Peaks
+from operator_db.roofline.peaks import best_peaks, peaks_for_kind
 
 GENERIC_PEAKS = Peaks(flops_per_s=1e12, bytes_per_s=1e11, source="generic (no peaks known)")
 """Stand-in peaks (1 TFLOP/s, 100 GB/s) to rank configurations on a kind with no known peaks."""

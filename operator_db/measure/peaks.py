@@ -3,7 +3,7 @@
 The Empirical Roofline Toolkit's idea (METHODOLOGY §5): the most a kernel that does nothing but
 compute (or move memory) reaches is the roof an operator can be compared with. Kernels are timed
 with the engine's block timer and warm-up (:mod:`operator_db.measure.timing`); provenance comes
-from the device. Storing the figures is :mod:`operator_db.estimate.peaks`' job.
+from the device. Storing the figures is :mod:`operator_db.roofline.peaks`' job.
 """
 
 from __future__ import annotations

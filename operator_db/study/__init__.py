@@ -1,33 +1,8 @@
-"""Studies in one command: models × batch sizes × modes harvested, stored, measured whole.
+"""Studies: plan and run a matrix of models × batch sizes × modes, and analyse its runs.
 
-``opdb study`` (``operator_db/cli/study.py``) plans the matrix from a named set
-(:mod:`.sets`), runs it (:mod:`.run`: resumable, per-operator measurement optional) and writes
-the report (``operator_db.estimate.report``) over the study's models.
+``opdb study`` (``operator_db/cli/study.py``) plans the matrix from a named set (:mod:`.sets`)
+and runs it (:mod:`.run`: harvested, stored and measured here, resumable, per-operator measurement
+optional); :mod:`.analysis` reads what the database holds of such runs (batch size, complexity,
+correlation, forward:backward, layers) for the report (``operator_db.report``). Nothing is imported
+here: the analyses run without torch, the running needs it.
 """
-
-from operator_db.study.run import (
-    ItemOutcome,
-    StudyItem,
-    StudyResult,
-    harvest_item,
-    measure,
-    plan,
-    prepare,
-    run_study,
-)
-from operator_db.study.sets import SETS, StudyModel, StudySet, get_set
-
-__all__ = [
-    "SETS",
-    "ItemOutcome",
-    "StudyItem",
-    "StudyModel",
-    "StudyResult",
-    "StudySet",
-    "get_set",
-    "harvest_item",
-    "measure",
-    "plan",
-    "prepare",
-    "run_study",
-]

@@ -14,8 +14,8 @@ from operator_db.db.models import NcuCounter, OperatorConfig
 from operator_db.db.store import Store
 from operator_db.measure import nvtx
 from operator_db.specs.keys import nvtx_range_name
-from tests.estimate.test_ncu import FIXTURE, GPU, ingest_toy
 from tests.helpers import run_cli
+from tests.roofline.test_ncu import FIXTURE, GPU, ingest_toy
 
 METRICS = (
     "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,"

@@ -13,10 +13,10 @@ from operator_db.db.models import FullModelRun, Measurement, Model, OperatorConf
 from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
 from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.roofline import Peaks
-from operator_db.estimate.studies import model_table
 from operator_db.harvest import harvest
+from operator_db.roofline.bounds import Peaks
 from operator_db.specs import TensorSpec, parse_spec
+from operator_db.study.analysis import model_table
 from tests.helpers import result_row, run_cli
 
 KIND = "cpu:Test"

@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from operator_db.estimate.predict.model import Sample
-from operator_db.estimate.roofline import Peaks
+from operator_db.predict.model import Sample
+from operator_db.roofline.bounds import Peaks
 
 PEAKS = Peaks(flops_per_s=1e11, bytes_per_s=2e10)
 OVERHEAD_S = 5e-6

@@ -9,8 +9,8 @@ import statistics
 import pytest
 
 from operator_db.errors import InvalidInputError
-from operator_db.estimate.predict.features import MIN_BOUND_S, arg_features, features
-from operator_db.estimate.predict.model import (
+from operator_db.predict.features import MIN_BOUND_S, arg_features, features
+from operator_db.predict.model import (
     FALLBACK,
     Predictor,
     Sample,

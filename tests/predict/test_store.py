@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.models import Predictor as PredictorRow
 from operator_db.db.store import Store
 from operator_db.errors import InvalidInputError, NotFoundError
-from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.predict.evaluate import evaluate
-from operator_db.estimate.predict.store import load_predictor, train
+from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.predict.evaluate import evaluate
+from operator_db.predict.mix import predicted_costs
+from operator_db.predict.store import load_predictor, train
 from tests.predict.db_data import KIND, fill
 
 
@@ -56,12 +58,19 @@ def test_another_scikit_learn_asks_for_a_retrain(filled: Store) -> None:
         load_predictor(session, queries.get_device_kind(session, KIND))
 
 
+def mixed(session: Session, model: str) -> Estimate:
+    """The estimate with unmeasured configurations predicted (opdb estimate --predict)."""
+    return estimate_model(session, model, KIND, predicted=predicted_costs(session, model, KIND))
+
+
 def test_an_unmeasured_model_is_predicted_whole(filled: Store) -> None:
     with filled.transaction() as session:
         train(session, KIND)
     with filled.transaction() as session:
         plain = estimate_model(session, "net-e", KIND)
-        est = estimate_model(session, "net-e", KIND, predict=True)
+        est = estimate_model(
+            session, "net-e", KIND, predicted=predicted_costs(session, "net-e", KIND)
+        )
     assert plain.time_s == 0 and plain.coverage == 0
     assert est.predicted == len(est.config_rows) and est.coverage_predicted == 1.0
     assert est.time_s == pytest.approx(est.predicted_time_s) and est.time_s > 0
@@ -91,7 +100,9 @@ def test_a_partly_measured_model_mixes_both(filled: Store) -> None:
         for m in session.scalars(select(Measurement).where(Measurement.config_id == first)):
             session.delete(m)
     with filled.transaction() as session:
-        est = estimate_model(session, "net-a", KIND, predict=True)
+        est = estimate_model(
+            session, "net-a", KIND, predicted=predicted_costs(session, "net-a", KIND)
+        )
     sources = [r["source"] for r in est.config_rows]
     assert sources.count("predicted") == 1 and sources.count("measured") == len(sources) - 1
     assert 0 < est.coverage_predicted < 1 and est.coverage + est.coverage_predicted == 1.0
@@ -101,7 +112,7 @@ def test_a_partly_measured_model_mixes_both(filled: Store) -> None:
 
 def test_no_predictor_is_a_clear_error(filled: Store) -> None:
     with filled.transaction() as session, pytest.raises(NotFoundError, match="predict train"):
-        estimate_model(session, "net-e", KIND, predict=True)
+        mixed(session, "net-e")
 
 
 def test_leave_one_model_out_recovers_the_law(filled: Store) -> None:

@@ -16,7 +16,8 @@ from operator_db.db.store import Store
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import InvalidInputError, NotFoundError
 from operator_db.ops.admission import load_admitted
-from operator_db.study import SETS, StudyModel, StudySet, get_set, plan, run_study
+from operator_db.study.run import plan, run_study
+from operator_db.study.sets import SETS, StudyModel, StudySet, get_set
 from tests.helpers import EXAMPLE_SPECS, run_cli
 
 OWN = "module:operator_db.examples:"

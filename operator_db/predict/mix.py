@@ -1,0 +1,72 @@
+"""A predictor's per-call costs for a model's configurations, as plain figures for the estimate.
+
+``opdb estimate --predict``, ``GET /models/{name}/estimate?predict=true`` and the report's
+Predictions section call :func:`predicted_costs` and hand its figures to
+``estimate_model(predicted=...)`` (``estimate/predicted.py``), which fills the configurations not
+measured on the kind with them: the predictor does not know what an estimate is, nor the estimate
+how a prediction is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from operator_db.db import queries
+from operator_db.db.models import as_utc
+from operator_db.estimate.predicted import Predicted, PredictedCost
+from operator_db.predict.model import Prediction, Predictor
+from operator_db.predict.store import require_predictor
+
+
+def predicted_costs(
+    session: Session, model_name: str, device_kind: str, predictor: Predictor | None = None
+) -> Predicted:
+    """Return the per-call time and energy of each configuration of ``model_name`` on the kind.
+
+    Every configuration the predictor can predict gets a figure (the estimate uses those it has
+    not measured). ``predictor``: one already loaded for the kind (many estimates, one load);
+    None loads the kind's newest.
+
+    Raises:
+        NotFoundError: unknown model or device kind, or no predictor was trained for the kind.
+        InvalidInputError: the stored predictor needs another scikit-learn (retrain it).
+    """
+    model = queries.get_model(session, model_name)
+    kind = queries.get_device_kind(session, device_kind)
+    if predictor is None:
+        predictor = require_predictor(session, kind)
+    configs = [mc.config for mc in queries.model_configs(session, model.id)]
+    todo = [cfg for cfg in configs if cfg.form != "opaque"]
+    times = predictor.predict(todo, "time")
+    energies = predictor.predict(todo, "energy")
+    keys = [cfg.key for cfg in todo]
+    return Predicted(
+        time=_costs(keys, times),
+        energy=_costs(keys, energies),
+        source=describe(predictor),
+    )
+
+
+def _costs(keys: list[str], predictions: list[Prediction | None]) -> dict[str, PredictedCost]:
+    return {
+        key: PredictedCost(p.value, p.low, p.high)
+        for key, p in zip(keys, predictions, strict=True)
+        if p is not None
+    }
+
+
+def describe(predictor: Predictor) -> dict[str, Any]:
+    """Return what identifies a predictor: version, kind, when, on what, at which level."""
+    fallback = predictor.models.get(("time", "*"))
+    return {
+        "version": predictor.version,
+        "device_kind": predictor.device_kind,
+        "trained_at": (
+            None if predictor.created_at is None else as_utc(predictor.created_at).isoformat()
+        ),
+        "samples": predictor.samples,
+        "data_hash": predictor.data_hash,
+        "level": None if fallback is None else fallback.level,
+    }

@@ -1,0 +1,110 @@
+"""The roofline bound, one formula for every caller, and the roof it is drawn from.
+
+The roofline bound of a configuration is max(FLOPs / peak FLOP/s, bytes / peak bandwidth)
+(METHODOLOGY §5): no implementation can beat it. :func:`roofline_time_s` is that formula and
+:class:`Peaks` the roof it is drawn from; composition, significance ranking, the model's table
+and plot (:mod:`.model`), the chips' plot and the predictors all use them. Arithmetic intensity
+is FLOPs / compulsory bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+BoundType = Literal["memory", "compute"]
+
+
+def _check_work(flops: float, nbytes: float) -> None:
+    if flops < 0 or nbytes < 0 or math.isnan(flops) or math.isnan(nbytes):
+        raise ValueError(f"flops and bytes must be >= 0, got {flops!r} and {nbytes!r}")
+
+
+def _check_peaks(peak_flops_per_s: float, peak_bytes_per_s: float) -> None:
+    if not (peak_flops_per_s > 0 and peak_bytes_per_s > 0):
+        raise ValueError(
+            f"peaks must be > 0, got {peak_flops_per_s!r} FLOP/s and {peak_bytes_per_s!r} B/s"
+        )
+
+
+def _times_s(
+    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
+) -> tuple[float, float]:
+    """Return (compute time, memory time) in s at the peaks, after checking the arguments."""
+    _check_work(flops, nbytes)
+    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
+    return flops / peak_flops_per_s, nbytes / peak_bytes_per_s
+
+
+def roofline_time_s(
+    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
+) -> float:
+    """Return the roofline lower bound on run time, s: max(flops / peak FLOP/s, bytes / peak B/s).
+
+    Raises:
+        ValueError: negative work or non-positive peaks.
+    """
+    return max(_times_s(flops, nbytes, peak_flops_per_s, peak_bytes_per_s))
+
+
+def arithmetic_intensity(flops: float, nbytes: float) -> float:
+    """Return FLOPs per byte moved: ``inf`` when no bytes move but FLOPs run, 0 when neither.
+
+    Raises:
+        ValueError: negative work.
+    """
+    _check_work(flops, nbytes)
+    if nbytes == 0:
+        return math.inf if flops > 0 else 0.0
+    return flops / nbytes
+
+
+def ridge_point(peak_flops_per_s: float, peak_bytes_per_s: float) -> float:
+    """Return the ridge point, FLOP/byte: the intensity above which an op is compute-bound.
+
+    Raises:
+        ValueError: non-positive peaks.
+    """
+    _check_peaks(peak_flops_per_s, peak_bytes_per_s)
+    return peak_flops_per_s / peak_bytes_per_s
+
+
+def bound_type(
+    flops: float, nbytes: float, peak_flops_per_s: float, peak_bytes_per_s: float
+) -> BoundType:
+    """Return ``"compute"`` when the FLOP time exceeds the byte time, else ``"memory"`` (ties too).
+
+    Raises:
+        ValueError: negative work or non-positive peaks.
+    """
+    compute_s, memory_s = _times_s(flops, nbytes, peak_flops_per_s, peak_bytes_per_s)
+    return "compute" if compute_s > memory_s else "memory"
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The roof of a device for one dtype: its compute peak and its memory bandwidth."""
+
+    flops_per_s: float
+    """Peak FLOP/s (int8: OP/s) for the dtype."""
+    bytes_per_s: float
+    """Peak memory bandwidth, bytes/s."""
+    source: str = "spec"
+    """Where the two figures come from (spec sheet, measured, or a mix), for display."""
+
+    def bound_s(self, flops: float | None, nbytes: float | None) -> float:
+        """Return the roofline bound of ``flops`` FLOPs moving ``nbytes`` bytes, in s (None: 0).
+
+        Raises:
+            ValueError: negative work or non-positive peaks.
+        """
+        return roofline_time_s(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+
+    def bound_type(self, flops: float | None, nbytes: float | None) -> BoundType:
+        """Return which roof limits the work: ``compute`` or ``memory`` (ties too; None: 0)."""
+        return bound_type(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+
+    def attainable_flops_per_s(self, intensity: float) -> float:
+        """Return the roof at ``intensity`` FLOP/byte: min(peak FLOP/s, intensity × bandwidth)."""
+        return min(self.flops_per_s, intensity * self.bytes_per_s)
