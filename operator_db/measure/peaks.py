@@ -20,7 +20,13 @@ import torch
 from operator_db.devices.base import Clock, Device
 from operator_db.errors import MeasurementError
 from operator_db.measure.stats import summarize
-from operator_db.measure.timing import BlockTimer, Call, calls_for, warm_up
+from operator_db.measure.timing import (
+    BlockTimer,
+    Call,
+    calls_for,
+    last_level_cache_bytes,
+    warm_up,
+)
 
 MATMUL_DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
@@ -35,6 +41,16 @@ GPU_MATMUL_N = 8192
 CPU_MATMUL_N = 2048
 GPU_COPY_BYTES = 1 << 30
 CPU_COPY_BYTES = 256 << 20
+"""The CPU copy's buffers at least; four times the last-level cache where that is larger."""
+LLC_MULTIPLE = 4
+"""A CPU copy buffer is at least this many last-level caches: a buffer the cache holds measures
+the cache, not memory (a 2-vCPU EPYC VM has 32 MiB of L3; some server CPUs have over 1 GiB)."""
+
+
+def cpu_copy_bytes(llc_bytes: int | None) -> int:
+    """Return the CPU bandwidth copy's buffer size, bytes: ``CPU_COPY_BYTES`` or 4 × the LLC."""
+    return max(CPU_COPY_BYTES, LLC_MULTIPLE * (llc_bytes or 0))
+
 
 _MAX_CALLS_PER_BLOCK = 1 << 16
 
@@ -224,8 +240,9 @@ def measure_peaks(
     runs in IEEE FP32 (``float32_matmul_precision("highest")``); ``tf32`` with TF32 enabled (CUDA
     only). A dtype whose call would take longer than ``max_call_s`` s (float16 on most CPUs), or
     that fails, is skipped with the reason in ``skipped``. Bandwidth: ``dst.copy_(src)`` of two
-    ``copy_bytes`` buffers (default 1 GiB on a GPU, 256 MiB elsewhere), counted as 2 x
-    ``copy_bytes`` per call (read + write).
+    ``copy_bytes`` buffers (default 1 GiB on a GPU; on a CPU 256 MiB, or four times the
+    last-level cache where that is larger, so that memory is measured and not the cache), counted
+    as 2 x ``copy_bytes`` per call (read + write).
 
     Each kernel is warmed up for ``min_time_s / 4``, then timed as ``repeats`` blocks filling
     ``min_time_s`` together (CUDA events on a GPU; ``clock``, in ns, around ``synchronize()``
@@ -243,7 +260,11 @@ def measure_peaks(
     dev = device.torch_device()
     cuda = dev.type == "cuda"
     n = matmul_n if matmul_n is not None else (GPU_MATMUL_N if cuda else CPU_MATMUL_N)
-    nbytes = copy_bytes if copy_bytes is not None else (GPU_COPY_BYTES if cuda else CPU_COPY_BYTES)
+    llc = None if cuda else last_level_cache_bytes()
+    if copy_bytes is not None:
+        nbytes = copy_bytes
+    else:
+        nbytes = GPU_COPY_BYTES if cuda else cpu_copy_bytes(llc)
     if n < 1 or nbytes < 1:
         raise ValueError(f"matmul_n and copy_bytes must be >= 1, got {n} and {nbytes}")
     timer = BlockTimer(device, clock)
@@ -274,6 +295,7 @@ def measure_peaks(
             "timer": "cuda_events" if cuda else "host_clock",
             "min_time_s": min_time_s,
             "repeats": repeats,
+            **({} if cuda else {"last_level_cache_bytes": llc}),
         },
     )
 

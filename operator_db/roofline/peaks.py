@@ -91,7 +91,9 @@ class KindPeaks:
 
     ``spec_flops_per_s`` and ``spec_bytes_per_s`` are the whole chip's figures. For a CPU whose
     hosts recorded how many cores their process may use, :meth:`flops_per_s`, :meth:`bytes_per_s`
-    and :meth:`rows` give them scaled by ``spec_scale`` (usable / chip cores; docs/peaks.md).
+    and :meth:`rows` give them scaled to those cores: FLOP/s by ``spec_flops_scale`` (usable /
+    chip cores, at the boost clock), bandwidth by ``spec_bytes_scale`` (the socket's whole
+    bandwidth; docs/peaks.md).
     """
 
     kind_name: str
@@ -121,10 +123,24 @@ class KindPeaks:
 
     @property
     def spec_scale(self) -> float:
-        """The factor applied to spec figures: usable / chip cores for a CPU, else 1."""
+        """Return usable / chip cores for a CPU with a recorded allotment, else 1.
+
+        ``spec_flops_scale`` and ``spec_bytes_scale`` are what the spec figures are scaled by.
+        """
         if self.chip_cores is None or self.usable_cores is None:
             return 1.0
         return scaled_to_cores(1.0, self.chip_cores, self.usable_cores)
+
+    @property
+    def spec_bytes_scale(self) -> float:
+        """Return the spec bandwidth's factor: 1 on one socket's cores or fewer, else spec_scale.
+
+        A few cores can draw far more than their fair share of a socket's memory channels (one
+        core's bandwidth is set by the cache misses it keeps in flight, not by the channels; no
+        vendor publishes that figure), so the socket's bandwidth is the bound that holds for any
+        allotment of one socket; more cores than one socket has (two sockets) scale above it.
+        """
+        return max(1.0, self.spec_scale)
 
     @property
     def spec_flops_scale(self) -> float:
@@ -157,6 +173,8 @@ class KindPeaks:
                 label += f", scaled to {self.usable_cores:g} of {self.chip_cores} cores"
                 if self.spec_flops_scale != self.spec_scale:
                     label += " at the boost clock"
+                if self.spec_bytes_scale != self.spec_scale:
+                    label += ", the socket's bandwidth"
         return label
 
     @property
@@ -199,7 +217,7 @@ class KindPeaks:
         for source in order:
             value = self.measured_bytes_per_s if source == "measured" else self.spec_bytes_per_s
             if value is not None:
-                scale = self.spec_scale if source == "spec" else 1.0
+                scale = self.spec_bytes_scale if source == "spec" else 1.0
                 return Peak(value * scale, source, None, self._reference(source, BANDWIDTH))
         return None
 
@@ -209,8 +227,8 @@ class KindPeaks:
     def rows(self) -> list[dict[str, Any]]:
         """Return one row per dtype (then bandwidth): spec, measured, and measured / spec.
 
-        ``spec`` is scaled by ``spec_scale`` (what ``measured`` is compared with); ``spec_chip``
-        is the whole chip's figure.
+        ``spec`` is scaled (``spec_flops_scale``, ``spec_bytes_scale``: what ``measured`` is
+        compared with); ``spec_chip`` is the whole chip's figure.
         """
         dtypes = list(dict.fromkeys([*self.spec_flops_per_s, *self.measured_flops_per_s]))
         out: list[dict[str, Any]] = []
@@ -225,7 +243,7 @@ class KindPeaks:
                     None,
                     self.spec_bytes_per_s,
                     self.measured_bytes_per_s,
-                    self.spec_scale,
+                    self.spec_bytes_scale,
                 )
             )
         return out

@@ -67,9 +67,9 @@ def test_device_roofs_are_read_from_the_database(store: Store) -> None:
     assert cpu.spec.flops_per_s == pytest.approx(236.8e9)  # 2 of 96 cores boosted, not 7.37 TFLOP/s
     assert cpu.spec_label == (
         "closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores at the boost "
-        "clock"
+        "clock, the socket's bandwidth"
     )
-    assert describe_roof(cpu.spec) == "236.8 GFLOP/s, 9.6 GB/s"
+    assert describe_roof(cpu.spec) == "236.8 GFLOP/s, 460.8 GB/s"
     assert describe_roof(cpu.measured) == "120 GFLOP/s, 20 GB/s"
     assert describe_roof(None) == "none"
     assert [d.kind_name for d in named] == [H100, "cpu:AMD EPYC"]
@@ -102,7 +102,8 @@ def test_report_has_the_chips_section(store: Store, tmp_path: Path) -> None:
     assert "## Chips" in text and "](chips_roofline.png)" in text
     assert (
         "- cpu:AMD EPYC: measured 120 GFLOP/s, 20 GB/s; spec (closest spec-sheet match: AMD "
-        "EPYC 9654 (Genoa), scaled to 2 of 96 cores at the boost clock) 236.8 GFLOP/s, 9.6 GB/s"
+        "EPYC 9654 (Genoa), scaled to 2 of 96 cores at the boost clock, the socket's bandwidth) "
+        "236.8 GFLOP/s, 460.8 GB/s"
     ) in text
     assert png_ok(tmp_path / "chips_roofline.png")
 
@@ -122,8 +123,8 @@ def test_chips_command(
     assert "cpu:AMD EPYC: measured 120 GFLOP/s, 20 GB/s" in lines
     assert (
         "  spec (closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores at the "
-        "boost clock): "
-        "236.8 GFLOP/s, 9.6 GB/s"
+        "boost clock, the socket's bandwidth): "
+        "236.8 GFLOP/s, 460.8 GB/s"
     ) in lines
     assert f"{KIND}: measured 5e+04 GFLOP/s, 3000 GB/s" in lines
     # The toy is measured on KIND only: one point, there. 4352 FLOPs over 4992 bytes; over its

@@ -252,9 +252,13 @@ def test_cpu_spec_roof_is_scaled_to_the_allotment_and_labelled() -> None:
     bw = kind.bytes_per_s(prefer="spec")
     # 2 cores x 3.7 GHz (two busy cores of 96 may boost) x 32 FLOPs/cycle
     assert flops is not None and flops.value == pytest.approx(236.8e9)
-    assert bw is not None and bw.value == pytest.approx(9.6e9)  # 460.8 GB/s x 2/96
+    # A few cores draw far more than 2/96 of the channels: the socket's bandwidth is the bound.
+    assert bw is not None and bw.value == pytest.approx(460.8e9) and kind.spec_bytes_scale == 1.0
     assert kind.spec_flops_per_s["float32"] == 7.3728e12  # the chip's figure is kept
-    label = "AMD EPYC 9654 (Genoa) spec, scaled to 2 of 96 cores at the boost clock"
+    label = (
+        "AMD EPYC 9654 (Genoa) spec, scaled to 2 of 96 cores at the boost clock, the socket's "
+        "bandwidth"
+    )
     assert kind.spec_label == label
     roof = p.peaks_of(kind, "float32", "spec")
     assert roof is not None
@@ -270,6 +274,11 @@ def test_cpu_spec_roof_is_scaled_to_the_allotment_and_labelled() -> None:
     )
     whole_flops = whole.flops_per_s("float32", prefer="spec")
     assert whole_flops is not None and whole_flops.value == pytest.approx(7.3728e12)
+    # Two sockets' cores: twice the socket's FLOP/s (base clock) and twice its bandwidth.
+    two = p.spec_peaks_for("cpu:AMD EPYC 9654 96-Core Processor", usable_cores=192)
+    assert two is not None and two.spec_bytes_scale == 2.0
+    two_bw = two.bytes_per_s(prefer="spec")
+    assert two_bw is not None and two_bw.value == pytest.approx(921.6e9)
     # A family name is the closest match; no allotment: the whole chip, and it says so.
     family = p.spec_peaks_for("cpu:AMD EPYC")
     assert family is not None and family.spec_scale == 1.0
@@ -599,14 +608,14 @@ def test_cpu_roof_is_scaled_to_the_measuring_hosts_allotment(store: Store) -> No
     assert peaks.spec_origin == "db"
     assert peaks.spec_label == (
         "closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores at the boost "
-        "clock"
+        "clock, the socket's bandwidth"
     )
     assert peaks.spec_reference is not None
     assert peaks.spec_reference.startswith("closest spec-sheet match: AMD EPYC 9654 (Genoa) | ")
     spec = p.peaks_of(peaks, "float32", "spec")
     measured = p.peaks_of(peaks, "float32", "measured")
     assert spec is not None and measured is not None
-    assert spec.flops_per_s == pytest.approx(236.8e9) and spec.bytes_per_s == pytest.approx(9.6e9)
+    assert spec.flops_per_s == pytest.approx(236.8e9) and spec.bytes_per_s == 460.8e9
     assert (measured.flops_per_s, measured.bytes_per_s) == (1.2e11, 2.0e10)
     row = next(r for r in peaks.rows() if r["dtype"] == "float32")
     assert row["fraction_of_spec"] == pytest.approx(1.2e11 / 236.8e9)  # 51%, not 1.6%
@@ -640,8 +649,9 @@ def test_spec_rows_stored_before_the_chip_was_recorded_are_still_scaled(store: S
         "exact",
         4.0,
     )
-    assert (
-        peaks.spec_label == "AMD EPYC 9654 (Genoa) spec, scaled to 4 of 96 cores at the boost clock"
+    assert peaks.spec_label == (
+        "AMD EPYC 9654 (Genoa) spec, scaled to 4 of 96 cores at the boost clock, the socket's "
+        "bandwidth"
     )
 
 
@@ -662,3 +672,9 @@ def test_record_peaks_stores_measured_and_spec_once(store: Store) -> None:
         p.record_peaks(session, fake_measured("fake:Other"))
     assert len(peak_rows(store, "spec")) == 8
     assert len(peak_rows(store, "measured")) == 6
+
+
+def test_the_cpu_copy_is_larger_than_the_last_level_cache() -> None:
+    assert mp.cpu_copy_bytes(None) == 256 << 20  # unreadable: the default
+    assert mp.cpu_copy_bytes(32 << 20) == 256 << 20  # this VM's 32 MiB L3: the default is 8x it
+    assert mp.cpu_copy_bytes(1152 << 20) == 4 * (1152 << 20)  # a 1.1 GiB L3 (Genoa-X): 4x it
