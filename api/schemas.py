@@ -320,6 +320,12 @@ class PeakOut(BaseModel):
     dtype: str | None
     flops_per_s: float | None
     bytes_per_s: float | None
+    level: str | None = Field(
+        default=None, description="A CPU cache level's bandwidth (L2, L3); null: memory's."
+    )
+    capacity_bytes: float | None = Field(
+        default=None, description="What the cache level holds, bytes; null for memory."
+    )
     reference: str | None
     host_id: int | None
 

@@ -398,7 +398,7 @@ def peaks(
         frac = row.get("fraction_of_spec")
         table.add_row(
             row["quantity"],
-            row["dtype"] or "",
+            row["dtype"] or _level(row),
             fmt(row.get("spec")),
             *([fmt(row.get("spec_chip"))] if scaled else []),
             fmt(row.get("measured")),
@@ -414,3 +414,11 @@ def peaks(
         )
     for dtype, reason in measured.skipped.items():
         console.print(f"skipped {dtype}: {reason}")
+
+
+def _level(row: dict[str, object]) -> str:
+    """Return a cache level's name and capacity (``L2, 2 MiB``), or "" for memory."""
+    capacity = row.get("capacity_bytes")
+    if not row.get("level") or not isinstance(capacity, int | float):
+        return ""
+    return f"{row['level']}, {capacity / (1 << 20):g} MiB"

@@ -350,7 +350,10 @@ class FullModelRun(_Result, Base):
 
 
 class DevicePeak(Base):
-    """A peak of a device kind: spec-sheet or measured, compute (per dtype) and memory bandwidth."""
+    """A peak of a device kind: spec-sheet or measured; compute per dtype, or a bandwidth.
+
+    A bandwidth is memory's (``level`` None) or, measured on a CPU, a cache level's.
+    """
 
     __tablename__ = "device_peaks"
 
@@ -362,6 +365,10 @@ class DevicePeak(Base):
     dtype: Mapped[str | None] = mapped_column(String(16))
     flops_per_s: Mapped[float | None] = mapped_column(Float)
     bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    level: Mapped[str | None] = mapped_column(String(8))
+    """Bandwidth of a cache level (``L2``, ``L3``: a CPU's, measured); None: memory (DRAM, HBM)."""
+    capacity_bytes: Mapped[float | None] = mapped_column(Float)
+    """What the cache ``level`` holds for the cores measured, bytes; None for memory."""
     reference: Mapped[str | None] = mapped_column(Text)
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

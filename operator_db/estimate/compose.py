@@ -259,7 +259,7 @@ class Estimate:
             "operators_time_error": self.operators_time_error,
             "energy_error": self.energy_error,
             "roofline_time_s": self.roofline_time_s,
-            "peaks": None if self.peaks is None else vars(self.peaks),
+            "peaks": None if self.peaks is None else self.peaks.as_dict(),
             "predicted": self.predicted,
             "coverage_predicted": self.coverage_predicted,
             "predicted_time_s": self.predicted_time_s,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -142,18 +143,61 @@ CPU_FLUSH_FALLBACK_BYTES = 64 << 20
 """Cold mode on a CPU whose last-level cache size cannot be read."""
 
 
+@dataclass(frozen=True)
+class CacheLevel:
+    """A CPU cache level as the cores of this process see it."""
+
+    level: int
+    capacity_bytes: int
+    """What the level holds for those cores: every instance they use, summed."""
+    instances: int
+    """Distinct instances of the level among the cores (L2: one per core; L3: one per CCX)."""
+
+
+def _size_bytes(text: str) -> int | None:
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    digits = text.rstrip("KMG")
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def cache_levels(
+    cpus: Iterable[int] | None = None, sysfs: str = "/sys/devices/system/cpu"
+) -> list[CacheLevel]:
+    """Return the data and unified cache levels the CPUs ``cpus`` use (default: this process's).
+
+    Read from Linux sysfs (``cpuN/cache/indexK``); a level shared by several of the CPUs (an L3)
+    counts once per instance. Empty where sysfs says nothing.
+    """
+    chosen = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    seen: dict[int, dict[str, int]] = {}
+    for cpu in chosen:
+        for index in sorted(Path(sysfs, f"cpu{cpu}", "cache").glob("index*")):
+            try:
+                kind = (index / "type").read_text().strip()
+                level = int((index / "level").read_text())
+                size = _size_bytes((index / "size").read_text())
+                shared = (index / "shared_cpu_list").read_text().strip()
+            except (OSError, ValueError):
+                continue
+            if kind == "Instruction" or size is None:
+                continue
+            seen.setdefault(level, {})[shared or str(cpu)] = size
+    return [
+        CacheLevel(level, sum(found.values()), len(found)) for level, found in sorted(seen.items())
+    ]
+
+
 def last_level_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
     """Return the CPU's largest cache in bytes (Linux sysfs), or None where it cannot be read."""
     sizes = []
     for index in sorted(Path(sysfs).glob("index*")):
         try:
-            text = (index / "size").read_text().strip().upper()
+            size = _size_bytes((index / "size").read_text())
         except OSError:
             continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(int(digits) * scale)
+        if size is not None:
+            sizes.append(size)
     return max(sizes) if sizes else None
 
 

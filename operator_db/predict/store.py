@@ -8,7 +8,7 @@ and say which. Nothing retrains by itself: ``opdb predict train`` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
@@ -54,7 +54,9 @@ def training_data(session: Session, kind: DeviceKind) -> TrainingData:
     for dtype in sorted({dtype_of(c) for c in configs}):
         found = best_peaks(known, dtype)
         if found is not None:
-            peaks[dtype] = found
+            # The plain roof: the fit raises it to the rates its configurations reached
+            # (caches included), and a stored predictor keeps its roofs as three numbers.
+            peaks[dtype] = replace(found, caches=())
     models = queries.list_models(session)
     links = queries.models_configs(session, [m.id for m in models])
     group = _groups(models, links)

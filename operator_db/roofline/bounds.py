@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 BoundType = Literal["memory", "compute"]
 
@@ -83,28 +83,87 @@ def bound_type(
 
 
 @dataclass(frozen=True)
+class CacheRoof:
+    """A cache level's roof: the bandwidth of a copy that fits in it, and what it holds."""
+
+    level: str
+    """``L2``, ``L3``, ...: as the CPU's cache hierarchy names it."""
+    capacity_bytes: float
+    """What the level holds for the cores measured, bytes (every instance those cores use)."""
+    bytes_per_s: float
+    """The copy's rate (bytes read + written per second) with its buffers in the level."""
+
+
+@dataclass(frozen=True)
 class Peaks:
-    """The roof of a device for one dtype: its compute peak and its memory bandwidth."""
+    """The roof of a device for one dtype: its compute peak and its memory bandwidth.
+
+    ``caches`` (a CPU's measured cache levels) make the memory roof hierarchical: the bytes a
+    configuration moves are served by the fastest levels first, each up to what it holds, and
+    only the rest at ``bytes_per_s`` (:meth:`memory_time_s`). Without them it is the plain
+    roofline, bytes / bandwidth.
+    """
 
     flops_per_s: float
     """Peak FLOP/s (int8: OP/s) for the dtype."""
     bytes_per_s: float
-    """Peak memory bandwidth, bytes/s."""
+    """Peak memory (DRAM, HBM) bandwidth, bytes/s."""
     source: str = "spec"
     """Where the two figures come from (spec sheet, measured, or a mix), for display."""
+    caches: tuple[CacheRoof, ...] = ()
+    """Cache levels faster than memory, each a roof of its own (measured; CPUs)."""
+
+    def memory_time_s(self, nbytes: float | None) -> float:
+        """Return the least time to move ``nbytes`` bytes, s (None: 0).
+
+        The fastest cache level serves as many bytes as it holds, then the next, and memory the
+        rest: a floor however the bytes are spread over the levels, since no byte comes faster
+        than the fastest level that can hold it. Levels no faster than memory are left out.
+
+        Raises:
+            ValueError: negative bytes or non-positive peaks.
+        """
+        left = nbytes or 0.0
+        _check_work(0.0, left)
+        _check_peaks(self.flops_per_s, self.bytes_per_s)
+        time_s = 0.0
+        for cache in sorted(self.caches, key=lambda c: -c.bytes_per_s):
+            if cache.bytes_per_s <= self.bytes_per_s or left <= 0:
+                continue
+            served = min(left, cache.capacity_bytes)
+            time_s += served / cache.bytes_per_s
+            left -= served
+        return time_s + left / self.bytes_per_s
 
     def bound_s(self, flops: float | None, nbytes: float | None) -> float:
         """Return the roofline bound of ``flops`` FLOPs moving ``nbytes`` bytes, in s (None: 0).
 
+        max(FLOPs / peak, :meth:`memory_time_s`): with no cache levels, :func:`roofline_time_s`.
+
         Raises:
             ValueError: negative work or non-positive peaks.
         """
-        return roofline_time_s(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+        if not self.caches:
+            return roofline_time_s(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+        _check_work(flops or 0, nbytes or 0)
+        return max((flops or 0) / self.flops_per_s, self.memory_time_s(nbytes))
 
     def bound_type(self, flops: float | None, nbytes: float | None) -> BoundType:
         """Return which roof limits the work: ``compute`` or ``memory`` (ties too; None: 0)."""
-        return bound_type(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+        if not self.caches:
+            return bound_type(flops or 0, nbytes or 0, self.flops_per_s, self.bytes_per_s)
+        compute_s = (flops or 0) / self.flops_per_s
+        return "compute" if compute_s > self.memory_time_s(nbytes) else "memory"
 
     def attainable_flops_per_s(self, intensity: float) -> float:
-        """Return the roof at ``intensity`` FLOP/byte: min(peak FLOP/s, intensity × bandwidth)."""
+        """Return the memory roof at ``intensity`` FLOP/byte: min(peak FLOP/s, intensity × BW)."""
         return min(self.flops_per_s, intensity * self.bytes_per_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the roof as plain values (JSON): FLOP/s, bytes/s, source, cache levels."""
+        return {
+            "flops_per_s": self.flops_per_s,
+            "bytes_per_s": self.bytes_per_s,
+            "source": self.source,
+            "caches": [vars(c) for c in self.caches],
+        }

@@ -47,8 +47,17 @@ def draw_roof(ax: Any, peaks: Peaks, xs: Sequence[float], **style: Any) -> None:
 
 
 def draw_roofs(ax: Any, xs: Sequence[float], *, spec: Peaks | None, measured: Peaks | None) -> None:
-    """Draw a kind's spec roof (solid) and measured roof (dashed), each labelled by its source."""
+    """Draw a kind's spec roof (solid), measured roof (dashed) and cache roofs (dotted).
+
+    Each is labelled by its source; a cache level's roof by its level and what it holds.
+    """
     if spec is not None:
         draw_roof(ax, spec, xs, color="black", lw=2, label=f"roof, {spec.source}")
     if measured is not None:
         draw_roof(ax, measured, xs, color="black", lw=2, ls="--", label=f"roof, {measured.source}")
+    for roof in (r for r in (spec, measured) if r is not None):
+        for cache in roof.caches:
+            level = Peaks(roof.flops_per_s, cache.bytes_per_s, cache.level)
+            size = f"{cache.capacity_bytes / (1 << 20):g} MiB"
+            label = f"{cache.level} roof (measured copy; holds {size})"
+            draw_roof(ax, level, xs, color="dimgray", lw=1.5, ls=":", label=label)

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind, DevicePeak
 from operator_db.db.queries import PeakFigure
-from operator_db.roofline.bounds import Peaks
+from operator_db.roofline.bounds import CacheRoof, Peaks
 from operator_db.roofline.chips import (
     ChipMatch,
     ChipPeaks,
@@ -107,6 +107,8 @@ class KindPeaks:
     measured_bytes_per_s: float | None = None
     measured_references: Mapping[str, str] = field(default_factory=dict)
     """How each measured peak was taken, by dtype (``BANDWIDTH`` for the copy)."""
+    measured_caches: tuple[CacheRoof, ...] = ()
+    """A CPU's cache levels measured by ``opdb peaks``, the best of each level, L2 first."""
     spec_chip: str | None = None
     """The table chip the spec figures are, when known."""
     spec_match: MatchKind | None = None
@@ -225,7 +227,7 @@ class KindPeaks:
         return self.measured_references.get(key) if source == "measured" else self.spec_reference
 
     def rows(self) -> list[dict[str, Any]]:
-        """Return one row per dtype (then bandwidth): spec, measured, and measured / spec.
+        """Return one row per dtype, then bandwidth, then each cache level: spec, measured, ratio.
 
         ``spec`` is scaled (``spec_flops_scale``, ``spec_bytes_scale``: what ``measured`` is
         compared with); ``spec_chip`` is the whole chip's figure.
@@ -246,6 +248,9 @@ class KindPeaks:
                     self.spec_bytes_scale,
                 )
             )
+        for cache in self.measured_caches:  # no spec sheet gives a cache's bandwidth
+            row = _row("bytes_per_s", None, None, cache.bytes_per_s, 1.0)
+            out.append({**row, "level": cache.level, "capacity_bytes": cache.capacity_bytes})
         return out
 
 
@@ -257,6 +262,8 @@ def _row(
     return {
         "quantity": quantity,
         "dtype": dtype,
+        "level": None,
+        "capacity_bytes": None,
         "spec": spec,
         "spec_chip": chip,
         "measured": measured,
@@ -271,7 +278,11 @@ def peaks_of(kind: KindPeaks, dtype: str, source: PeakSource) -> Peaks | None:
     if flops is None or bw is None or flops.source != source or bw.source != source:
         return None
     what = kind.spec_label if source == "spec" else "measured"
-    return Peaks(flops.value, bw.value, source=f"{what}: {flops.dtype} peak and bandwidth")
+    caches = kind.measured_caches if source == "measured" else ()
+    label = f"{what}: {flops.dtype} peak and bandwidth" + (
+        f", {' and '.join(c.level for c in caches)} roofs" if caches else ""
+    )
+    return Peaks(flops.value, bw.value, source=label, caches=caches)
 
 
 def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
@@ -286,10 +297,12 @@ def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
     if flops is None or bw is None:
         return None
     label = {"measured": "measured", "spec": kind.spec_label}
+    caches = kind.measured_caches if bw.source == "measured" else ()
     return Peaks(
         flops.value,
         bw.value,
         source=f"{label[flops.source]} FLOP/s, {label[bw.source]} bandwidth",
+        caches=caches,
     )
 
 
@@ -366,6 +379,16 @@ def store_measured_peaks(
     ]
     if measured.copy is not None:
         figures.append(PeakFigure(None, measured.copy.best_per_s, measured.copy.describe()))
+    figures += [
+        PeakFigure(
+            None,
+            cache.timing.best_per_s,
+            f"{cache.level} ({cache.capacity_bytes} B): {cache.timing.describe()}",
+            level=cache.level,
+            capacity_bytes=cache.capacity_bytes,
+        )
+        for cache in measured.caches
+    ]
     return queries.replace_peaks(session, kind.id, "measured", figures, host_id=host_id)
 
 
@@ -390,11 +413,18 @@ def kind_peaks(session: Session, kind: DeviceKind | None, kind_name: str) -> Kin
     spec = [r for r in rows if r.source == "spec"]
     measured_flops: dict[str, float] = {}
     measured_bw: float | None = None
+    caches: dict[str, CacheRoof] = {}
     references: dict[str, str] = {}
     for r in rows:
         if r.source != "measured":
             continue
-        if r.dtype is not None and r.flops_per_s is not None:
+        if r.level is not None:
+            if r.bytes_per_s is None or r.capacity_bytes is None:
+                continue
+            best = caches.get(r.level)
+            if best is None or r.bytes_per_s > best.bytes_per_s:
+                caches[r.level] = CacheRoof(r.level, r.capacity_bytes, r.bytes_per_s)
+        elif r.dtype is not None and r.flops_per_s is not None:
             if r.flops_per_s > measured_flops.get(r.dtype, -math.inf):
                 measured_flops[r.dtype] = r.flops_per_s
                 references[r.dtype] = r.reference or ""
@@ -411,6 +441,7 @@ def kind_peaks(session: Session, kind: DeviceKind | None, kind_name: str) -> Kin
         measured_flops_per_s=measured_flops,
         measured_bytes_per_s=measured_bw,
         measured_references=references,
+        measured_caches=tuple(caches[level] for level in sorted(caches)),
         usable_cores_seen=seen,
     )
     usable = seen[-1] if seen else None
@@ -438,6 +469,7 @@ _MEASURED_FIELDS = (
     "measured_flops_per_s",
     "measured_bytes_per_s",
     "measured_references",
+    "measured_caches",
     "usable_cores_seen",
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ from operator_db.devices.cpu import CpuDevice
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import MeasurementError, SpecError
 from operator_db.measure import peaks as mp
+from operator_db.measure.timing import cache_levels
 from operator_db.roofline import bounds as rl
 from operator_db.roofline import chips as chip_table
 from operator_db.roofline import peaks as p
+from operator_db.roofline.bounds import CacheRoof
 
 TABLE = chip_table.load_peak_table()
 H100 = "NVIDIA H100 80GB HBM3"
@@ -420,7 +423,13 @@ def test_measure_peaks_on_the_cpu(cpu: CpuDevice) -> None:
     assert measured.bytes_per_s == measured.copy.best_per_s > 0
     assert measured.flops_per_s.keys() == measured.matmul.keys()
     assert measured.provenance["timer"] == "host_clock"
+    levels = {c.level: c for c in measured.caches}  # L2 and L3 where sysfs tells them
+    assert set(levels) == {f"L{c.level}" for c in cache_levels() if c.level >= 2}
+    for cache in measured.caches:
+        assert cache.timing.size == cache.capacity_bytes // mp.CACHE_FILL
+        assert cache.timing.best_per_s > 0
     data = measured.as_dict()
+    assert [c["level"] for c in data["caches"]] == list(levels)
     assert data["matmul"]["float32"]["work_per_call"] == 2 * n**3
     assert data["skipped"]["tf32"].startswith("tf32 is a CUDA")
 
@@ -678,3 +687,96 @@ def test_the_cpu_copy_is_larger_than_the_last_level_cache() -> None:
     assert mp.cpu_copy_bytes(None) == 256 << 20  # unreadable: the default
     assert mp.cpu_copy_bytes(32 << 20) == 256 << 20  # this VM's 32 MiB L3: the default is 8x it
     assert mp.cpu_copy_bytes(1152 << 20) == 4 * (1152 << 20)  # a 1.1 GiB L3 (Genoa-X): 4x it
+
+
+def cpu_measured_with_caches(hostname: str, l2: float, l3: float) -> mp.MeasuredPeaks:
+    """``cpu_measured`` with an L2 (2 MiB) and an L3 (32 MiB) copy at ``l2``, ``l3`` B/s."""
+
+    def copy(level: str, capacity: int, rate: float) -> mp.CacheCopy:
+        timing = mp.KernelTiming("copy", None, capacity // 4, int(rate), 1, (1.0,))
+        return mp.CacheCopy(level, capacity, timing)
+
+    base = cpu_measured(hostname, 2)
+    return replace(base, caches=(copy("L2", 2 << 20, l2), copy("L3", 32 << 20, l3)))
+
+
+def test_cache_roofs_are_stored_read_back_and_make_the_measured_roof(store: Store) -> None:
+    with store.transaction() as session:
+        p.record_peaks(session, cpu_measured_with_caches("vm-a", 1.0e11, 1.5e11))
+        p.record_peaks(session, cpu_measured_with_caches("vm-b", 1.2e11, 1.4e11))  # best of each
+    with store.transaction(read_only=True) as session:
+        kind = p.peaks_for_kind(session, "cpu:AMD EPYC")
+    assert kind.measured_caches == (
+        CacheRoof("L2", 2 << 20, 1.2e11),
+        CacheRoof("L3", 32 << 20, 1.5e11),
+    )
+    assert kind.measured_bytes_per_s == 2.0e10  # memory's stays apart
+    measured = p.peaks_of(kind, "float32", "measured")
+    assert measured is not None and measured.caches == kind.measured_caches
+    assert measured.source == "measured: float32 peak and bandwidth, L2 and L3 roofs"
+    spec = p.peaks_of(kind, "float32", "spec")
+    assert spec is not None and spec.caches == ()  # no spec sheet gives a cache's bandwidth
+    best = p.best_peaks(kind, "float32")
+    assert best is not None and best.caches == kind.measured_caches
+    rows = [r for r in kind.rows() if r["level"] is not None]
+    assert [(r["level"], r["capacity_bytes"], r["measured"], r["spec"]) for r in rows] == [
+        ("L2", 2 << 20, 1.2e11, None),
+        ("L3", 32 << 20, 1.5e11, None),
+    ]
+
+
+def test_cache_levels_from_sysfs(tmp_path: Path) -> None:
+    def index(cpu: int, k: int, level: int, kind: str, size: str, shared: str) -> None:
+        folder = tmp_path / f"cpu{cpu}" / "cache" / f"index{k}"
+        folder.mkdir(parents=True)
+        for name, value in {"level": level, "type": kind, "size": size}.items():
+            (folder / name).write_text(f"{value}\n")
+        (folder / "shared_cpu_list").write_text(f"{shared}\n")
+
+    for cpu in (0, 1):
+        index(cpu, 0, 1, "Data", "32K", str(cpu))
+        index(cpu, 1, 1, "Instruction", "32K", str(cpu))
+        index(cpu, 2, 2, "Unified", "1024K", str(cpu))
+        index(cpu, 3, 3, "Unified", "32768K", "0-1")
+    found = cache_levels([0, 1], sysfs=str(tmp_path))
+    assert [(c.level, c.capacity_bytes, c.instances) for c in found] == [
+        (1, 64 << 10, 2),
+        (2, 2 << 20, 2),
+        (3, 32 << 20, 1),  # shared by both: once
+    ]
+    assert [c.capacity_bytes for c in cache_levels([1], sysfs=str(tmp_path))] == [
+        32 << 10,
+        1 << 20,
+        32 << 20,
+    ]
+    assert cache_levels([0], sysfs=str(tmp_path / "nothing")) == []
+
+
+def test_cache_roofs_serve_the_first_bytes_and_memory_the_rest() -> None:
+    l2 = CacheRoof("L2", 2e6, 200e9)
+    l3 = CacheRoof("L3", 30e6, 100e9)
+    slow = CacheRoof("L1", 64e3, 10e9)  # below memory's rate: never used
+    roof = rl.Peaks(1e11, 20e9, "measured", caches=(l3, slow, l2))
+    assert roof.memory_time_s(1e6) == pytest.approx(1e6 / 200e9)  # all in the L2
+    # 2 MB from the L2, 30 MB from the L3, the last 8 MB from memory
+    assert roof.memory_time_s(40e6) == pytest.approx(2e6 / 200e9 + 30e6 / 100e9 + 8e6 / 20e9)
+    assert roof.memory_time_s(None) == 0.0
+    assert roof.bound_s(1e6, 40e6) == roof.memory_time_s(40e6)  # 10 µs of FLOPs, 0.71 ms of bytes
+    assert roof.bound_s(1e9, 1e6) == pytest.approx(1e9 / 1e11)
+    assert roof.bound_type(1e9, 1e6) == "compute" and roof.bound_type(1e6, 40e6) == "memory"
+    plain = rl.Peaks(1e11, 20e9, "measured")
+    assert plain.bound_s(1e6, 40e6) == rl.roofline_time_s(1e6, 40e6, 1e11, 20e9)
+    assert roof.bound_s(1e6, 40e6) < plain.bound_s(1e6, 40e6)  # a floor under the plain one
+    assert roof.as_dict()["caches"][0] == {
+        "level": "L3",
+        "capacity_bytes": 30e6,
+        "bytes_per_s": 100e9,
+    }
+    assert plain.as_dict() == {
+        "flops_per_s": 1e11,
+        "bytes_per_s": 20e9,
+        "source": "measured",
+        "caches": [],
+    }
+    with pytest.raises(ValueError):
+        roof.memory_time_s(-1)

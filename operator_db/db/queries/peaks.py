@@ -2,7 +2,9 @@
 
 One row per (device kind, source, dtype) for compute, with ``dtype`` and ``flops_per_s`` set and
 ``bytes_per_s`` NULL; one row per (device kind, source) for memory bandwidth, with ``dtype`` NULL,
-``bytes_per_s`` set and ``flops_per_s`` NULL. Spec rows are replaced as a set per kind; measured
+``bytes_per_s`` set and ``flops_per_s`` NULL; and (measured, CPUs) one per cache level, like a
+bandwidth row with its ``level`` and ``capacity_bytes`` set. Spec rows are replaced as a set per
+kind; measured
 rows as a set per (kind, host).
 """
 
@@ -25,6 +27,10 @@ class PeakFigure:
     value: float
     """FLOP/s (int8: OP/s) for compute, bytes/s for bandwidth."""
     reference: str
+    level: str | None = None
+    """A cache level's bandwidth (``L2``, ``L3``); None: memory's."""
+    capacity_bytes: float | None = None
+    """What the cache level holds, bytes (with ``level``)."""
 
 
 def peak_rows(session: Session, kind_id: int) -> list[DevicePeak]:
@@ -71,6 +77,8 @@ def replace_peaks(
             dtype=f.dtype,
             flops_per_s=f.value if f.dtype is not None else None,
             bytes_per_s=f.value if f.dtype is None else None,
+            level=f.level,
+            capacity_bytes=f.capacity_bytes,
             reference=f.reference,
             host_id=host_id if source == "measured" else None,
         )
