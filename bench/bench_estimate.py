@@ -1,22 +1,29 @@
-"""Benchmark: estimate vs measured full-model time on this machine's CPU.
+"""Benchmark: estimate vs measured full-model time on this machine's CPU, at 1 and all threads.
 
-Measures every configuration of the given specs and each whole model with the worker (fresh SQLite
-database), then prints a Markdown table of estimate, measured full-model time and error per model,
-and the median absolute error. By default each model is one interleaved job (the model and its
-configurations timed in alternating rounds, as `opdb measure` does); ``--separate`` measures each
-configuration as its own job, one after the other, and the model last. Run:
+Measures every configuration of the given specs and each whole model with the worker, once per
+thread setting (``--threads``, default ``1,all``: one thread, and torch's default, every core
+the process may use), each setting into its own SQLite database, the settings alternating model
+by model so that a drift of the machine moves them alike. Then prints, side by side, each
+model's estimate, measured full-model time and error per setting, and the median and worst
+absolute errors. By default each model is one interleaved job (the model and its configurations
+timed in alternating rounds, as `opdb measure` does); ``--separate`` measures each configuration
+as its own job, one after the other, and the model last. Run:
 
-    .venv/bin/python bench/bench_estimate.py [SPEC ...] [--separate] [--device cpu] [--db URL]
+    .venv/bin/python bench/bench_estimate.py [SPEC ...] [--threads 1,all] [--separate]
+        [--device cpu] [--db-dir DIR]
 
-Settings come from the environment as usual (e.g. OPDB_MEASURE__THREADS=1).
+Other settings come from the environment as usual (``OPDB_MEASURE__*``); the load average while
+it ran is printed with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,7 +33,7 @@ from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.specs import load_spec
 from operator_db.worker.daemon import Worker, WorkerOptions
 
@@ -41,19 +48,39 @@ DEFAULT = [
 transformer of our own (everything a functional call)."""
 
 
+@dataclass
+class Setting:
+    """One thread setting: its label, its thread count (None: torch's default) and results."""
+
+    label: str
+    threads: int | None
+    store: Store
+    estimates: list[Estimate] = field(default_factory=list)
+    done: int = 0
+    failed: int = 0
+    wall_s: float = 0.0
+
+
+def _settings(text: str) -> list[tuple[str, int | None]]:
+    out: list[tuple[str, int | None]] = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        out.append(("all", None) if item == "all" else (item, int(item)))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "specs", nargs="*", default=[str(ROOT / f"measurement_specs/{n}.yaml") for n in DEFAULT]
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--db", default=None, help="Keep the results in this database.")
     parser.add_argument(
-        "--passes",
-        type=int,
-        default=1,
-        help="Measure everything this many times, spread over the run, and "
-        "estimate from the medians (1: one measurement each).",
+        "--threads",
+        default="1,all",
+        help="Thread settings, comma-separated: a count, or 'all' (torch's default).",
+    )
+    parser.add_argument(
+        "--db-dir", default=None, help="Keep each setting's database here (threads-<label>.sqlite)."
     )
     parser.add_argument(
         "--separate",
@@ -62,70 +89,94 @@ def main() -> None:
     )
     args = parser.parse_args()
     settings = get_settings()
+    default_threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(args.db or f"sqlite:///{tmp}/bench.sqlite")
+        folder = Path(args.db_dir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         specs = [load_spec(p, max_bytes=settings.max_spec_bytes) for p in args.specs]
+        runs = []
+        for label, threads in _settings(args.threads):
+            path = folder / f"threads-{label}.sqlite"
+            path.unlink(missing_ok=True)
+            run = Setting(label, threads, Store.open(f"sqlite:///{path}"))
+            with run.store.transaction() as session:
+                ingest_specs(session, specs)
+            runs.append(run)
         device = open_device(args.device, settings=settings)
         kind = device.identity().name
-        start = time.perf_counter()
-        with store.transaction() as session:
-            ingest_specs(session, specs)
-        done = failed = 0
-        for _ in range(args.passes):
-            with store.transaction() as session:
-                for loaded in specs:
+        load_before = os.getloadavg()
+        for loaded in specs:  # the settings alternate model by model
+            name = loaded.spec.model.name
+            for run in runs:
+                measure = settings.measure.model_copy(update={"threads": run.threads})
+                start = time.perf_counter()
+                with run.store.transaction() as session:
                     queue.enqueue_model(
-                        session,
-                        loaded.spec.model.name,
-                        kind,
-                        remeasure=True,
-                        interleaved=not args.separate,
+                        session, name, kind, remeasure=True, interleaved=not args.separate
                     )
-            stats = Worker(
-                store, device, settings.measure, WorkerOptions(until_idle=True, poll_s=0.1)
-            ).run()
-            done, failed = done + stats.done, failed + stats.failed
-        wall = time.perf_counter() - start
-        rows = []
-        with store.transaction(read_only=True) as session:
-            for loaded in specs:
-                est = estimate_model(
-                    session,
-                    loaded.spec.model.name,
-                    kind,
-                    aggregate="median" if args.passes > 1 else "latest",
-                    cache_mode=settings.measure.cache_mode,
-                )
-                rows.append(est)
+                stats = Worker(
+                    run.store, device, measure, WorkerOptions(until_idle=True, poll_s=0.1)
+                ).run()
+                torch.set_num_threads(default_threads)  # the next setting starts from the default
+                run.done, run.failed = run.done + stats.done, run.failed + stats.failed
+                run.wall_s += time.perf_counter() - start
+                with run.store.transaction(read_only=True) as session:
+                    run.estimates.append(
+                        estimate_model(session, name, kind, cache_mode=settings.measure.cache_mode)
+                    )
+        load_after = os.getloadavg()
         device.close()
-        store.close()
+        for run in runs:
+            run.store.close()
+    _print(runs, kind, default_threads, load_before, load_after, args.separate)
+
+
+def _print(
+    runs: list[Setting],
+    kind: str,
+    default_threads: int,
+    load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+    separate: bool,
+) -> None:
     print(
-        f"device kind: {kind}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-        f"{done} jobs in {wall:.0f} s ({args.passes} passes, "
-        f"{'separate' if args.separate else 'interleaved'}, {settings.measure.cache_mode} "
-        f"cache), {failed} failed"
+        f"device kind: {kind}; torch {torch.__version__}; default threads {default_threads}; "
+        f"{'separate' if separate else 'interleaved'} jobs; load average (1, 5, 15 min) "
+        f"{', '.join(f'{v:.2f}' for v in load_before)} before, "
+        f"{', '.join(f'{v:.2f}' for v in load_after)} after"
     )
-    print()
-    print(
-        "| model | operators (ms) | between (ms) | estimate (ms) | measured (ms) "
-        "| error | error, operators alone |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    errors, errors_ops = [], []
-    for est in rows:
-        err, err_ops = est.time_error, est.operators_time_error
-        if err is not None and err_ops is not None:
-            errors.append(abs(err))
-            errors_ops.append(abs(err_ops))
+    for run in runs:
+        threads = default_threads if run.threads is None else run.threads
         print(
-            f"| {est.model} | {_ms(est.time_s)} | {_ms(est.between_ops_s)} | "
-            f"{_ms(est.total_time_s)} | {_ms(est.full_run_time_s)} | {_pct(err)} | "
-            f"{_pct(err_ops)} |"
+            f"- threads {run.label} ({threads}): {run.done} jobs in {run.wall_s:.0f} s, "
+            f"{run.failed} failed"
         )
-    if errors:
+    print()
+    head = " | ".join(
+        f"estimate {r.label} (ms) | measured {r.label} (ms) | error {r.label}" for r in runs
+    )
+    print(f"| model | {head} |")
+    print("| --- |" + " ---: | ---: | ---: |" * len(runs))
+    for i, est in enumerate(runs[0].estimates):
+        cells = []
+        for run in runs:
+            e = run.estimates[i]
+            cells += [_ms(e.total_time_s), _ms(e.full_run_time_s), _pct(e.time_error)]
+        print(f"| {est.model} | " + " | ".join(cells) + " |")
+    print()
+    print("| threads | models | median absolute error | worst | operators alone: median |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for run in runs:
+        errors = [abs(e.time_error) for e in run.estimates if e.time_error is not None]
+        ops = [
+            abs(e.operators_time_error) for e in run.estimates if e.operators_time_error is not None
+        ]
+        if not errors:
+            print(f"| {run.label} | 0 | - | - | - |")
+            continue
         print(
-            f"\nmedian absolute error: {statistics.median(errors):.1%} "
-            f"(operators alone: {statistics.median(errors_ops):.1%}) over {len(errors)} models"
+            f"| {run.label} | {len(errors)} | {statistics.median(errors):.1%} | "
+            f"{max(errors):.1%} | {statistics.median(ops):.1%} |"
         )
 
 
