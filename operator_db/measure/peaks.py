@@ -307,8 +307,7 @@ def measure_peaks(
                 # VM: 198 GFLOP/s at n=512, 169 at 2048): the attainable peak is the best size.
                 sizes = (n,) if cuda or matmul_n is not None else (n // 4, n // 2, n)
                 timings = [
-                    _measure_matmul(dtype, size, dev, timer, min_time_s, repeats)
-                    for size in sizes
+                    _measure_matmul(dtype, size, dev, timer, min_time_s, repeats) for size in sizes
                 ]
                 matmul[dtype] = max(timings, key=lambda t: t.best_per_s)
         copy = _measure_copy(nbytes, dev, timer, min_time_s, repeats)
