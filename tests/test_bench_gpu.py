@@ -23,6 +23,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from tests.helpers import REPO
+from tests.test_lock import pins
 
 CHECKS = {
     "counter_vs_power",
@@ -158,11 +159,8 @@ sys.meta_path.insert(0, _Blocker())
 @pytest.mark.slow
 def test_the_gpu_tests_collect_with_the_gpu_host_set_alone(tmp_path: Path) -> None:
     """What bench_gpu.py collects imports nothing a GPU host is not given (schemathesis, ...)."""
-    dev, host = (
-        {line.split("==")[0] for line in (REPO / "requirements" / f).read_text().splitlines()}
-        for f in ("dev.txt", "gpu-host.txt")
-    )
-    absent = {canonicalize_name(n) for n in dev - host if n and not n.startswith(("#", " "))}
+    dev, host = ({p.name for p in pins(lock)} for lock in ("dev", "gpu-host"))
+    absent = dev - host
     blocked = sorted(
         module
         for module, dists in importlib.metadata.packages_distributions().items()
