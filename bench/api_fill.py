@@ -40,7 +40,7 @@ from operator_db.db.models import FullModelRun, Measurement, ModelOperator, Oper
 from operator_db.db.queries import PeakFigure
 from operator_db.db.store import Store
 from operator_db.roofline.chips import find_chip
-from operator_db.roofline.peaks import store_spec_peaks
+from operator_db.roofline.record import store_spec_peaks
 from operator_db.specs import SPEC_VERSION
 from operator_db.specs.io import LoadedSpec, parse_spec
 

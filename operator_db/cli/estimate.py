@@ -372,7 +372,7 @@ def peaks(
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
     from operator_db.measure.peaks import measure_peaks
-    from operator_db.roofline.peaks import record_peaks
+    from operator_db.roofline.record import record_peaks
 
     with open_device(device, settings=get_settings()) as dev:
         measured = measure_peaks(dev, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()])

@@ -279,7 +279,8 @@ def ensure_peaks(store: Store, device: Device, dtype: str = "float32") -> bool:
     The report draws the measured roof beside the spec sheet's. Returns whether it measured.
     """
     from operator_db.measure.peaks import measure_peaks
-    from operator_db.roofline.peaks import peaks_for_kind, record_peaks
+    from operator_db.roofline.peaks import peaks_for_kind
+    from operator_db.roofline.record import record_peaks
 
     kind = device.identity().name
     with store.transaction(read_only=True) as session:

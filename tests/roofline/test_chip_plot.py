@@ -17,7 +17,7 @@ from operator_db.roofline.chip_plot import (
     plot_chip_rooflines,
 )
 from operator_db.roofline.chips import find_chip
-from operator_db.roofline.peaks import record_peaks, store_measured_peaks, store_spec_peaks
+from operator_db.roofline.record import record_peaks, store_measured_peaks, store_spec_peaks
 from tests.estimate.test_compose import KIND, setup
 from tests.helpers import run_cli
 from tests.report.test_report import NOW, png_ok

@@ -24,6 +24,7 @@ from operator_db.measure.timing import cache_levels
 from operator_db.roofline import bounds as rl
 from operator_db.roofline import chips as chip_table
 from operator_db.roofline import peaks as p
+from operator_db.roofline import record as rec
 from operator_db.roofline.bounds import CacheRoof
 
 TABLE = chip_table.load_peak_table()
@@ -522,12 +523,12 @@ def test_store_spec_peaks_replaces_the_kinds_spec_rows(store: Store) -> None:
     chip = chip_table.find_chip(H100)
     assert chip is not None
     with store.transaction() as session:
-        stored = p.store_spec_peaks(session, chip, H100)
+        stored = rec.store_spec_peaks(session, chip, H100)
         assert len(stored) == len(chip.peak_flops_per_s) + 1 == 8
     with store.transaction() as session:  # again: replaced, not added
         kind = session.scalars(select(DeviceKind).where(DeviceKind.name == H100)).one()
         assert kind.type == "gpu"
-        p.store_spec_peaks(session, chip, kind)
+        rec.store_spec_peaks(session, chip, kind)
     table = peak_rows(store)
     assert len(table) == 8
     assert ("spec", "bfloat16", 989.5e12, None) in table
@@ -545,7 +546,7 @@ def test_store_spec_peaks_replaces_the_kinds_spec_rows(store: Store) -> None:
 def test_store_measured_peaks_per_host(store: Store) -> None:
     kind_name = "fake:Peaky"
     with store.transaction() as session:
-        rows = p.store_measured_peaks(session, kind_name, fake_measured(kind_name))
+        rows = rec.store_measured_peaks(session, kind_name, fake_measured(kind_name))
         assert len(rows) == 3
         kind = session.scalars(select(DeviceKind).where(DeviceKind.name == kind_name)).one()
         assert kind.type == "gpu"  # the measured device's type, not a guess from the name
@@ -560,8 +561,8 @@ def test_store_measured_peaks_per_host(store: Store) -> None:
     ]
     with store.transaction() as session:
         # Same host (none) again: replaced. Another host: added, and its better figures win.
-        p.store_measured_peaks(session, kind_name, fake_measured(kind_name, 0.5))
-        p.store_measured_peaks(
+        rec.store_measured_peaks(session, kind_name, fake_measured(kind_name, 0.5))
+        rec.store_measured_peaks(
             session, kind_name, fake_measured(kind_name, 2.0, copy=False), host_id=host_id
         )
     assert len(peak_rows(store)) == 5
@@ -605,7 +606,7 @@ def cpu_measured(hostname: str, usable_cores: float, scale: float = 1.0) -> mp.M
 
 def test_cpu_roof_is_scaled_to_the_measuring_hosts_allotment(store: Store) -> None:
     with store.transaction() as session:
-        peaks = p.record_peaks(session, cpu_measured("vm-2", 2))
+        peaks = rec.record_peaks(session, cpu_measured("vm-2", 2))
         host = session.scalars(select(Host).where(Host.hostname == "vm-2")).one()
         assert host.info["cpu_allotment"]["usable_cores"] == 2
         kind = session.scalars(select(DeviceKind).where(DeviceKind.name == "cpu:AMD EPYC")).one()
@@ -631,8 +632,8 @@ def test_cpu_roof_is_scaled_to_the_measuring_hosts_allotment(store: Store) -> No
     # The measured rows are the host's: a second host keeps its own, and the roof is scaled to
     # the largest allotment (like the measured peaks, the best of the kind).
     with store.transaction() as session:
-        p.record_peaks(session, cpu_measured("vm-8", 8, scale=3.0))
-        p.record_peaks(session, cpu_measured("vm-2", 2))  # again: replaced, not added
+        rec.record_peaks(session, cpu_measured("vm-8", 8, scale=3.0))
+        rec.record_peaks(session, cpu_measured("vm-2", 2))  # again: replaced, not added
     assert len(peak_rows(store, "measured")) == 4
     with store.transaction(read_only=True) as session:
         peaks = p.peaks_for_kind(session, "cpu:AMD EPYC")
@@ -645,7 +646,7 @@ def test_spec_rows_stored_before_the_chip_was_recorded_are_still_scaled(store: S
     chip = chip_table.find_chip("cpu:AMD EPYC 9654 96-Core Processor")
     assert chip is not None
     with store.transaction() as session:
-        p.store_spec_peaks(session, chip, "cpu:AMD EPYC 9654 96-Core Processor")
+        rec.store_spec_peaks(session, chip, "cpu:AMD EPYC 9654 96-Core Processor")
         kind = session.scalars(select(DeviceKind)).one()
         kind.info = {}  # as an older version stored them
         session.add(Host(hostname="h", device_id="cpu", device_kind_id=kind.id))
@@ -667,7 +668,7 @@ def test_spec_rows_stored_before_the_chip_was_recorded_are_still_scaled(store: S
 def test_record_peaks_stores_measured_and_spec_once(store: Store) -> None:
     measured = fake_measured(H100)
     with store.transaction() as session:
-        peaks = p.record_peaks(session, measured)
+        peaks = rec.record_peaks(session, measured)
     assert len(peak_rows(store, "measured")) == 3
     assert len(peak_rows(store, "spec")) == 8
     assert peaks.spec_origin == "db"
@@ -677,8 +678,8 @@ def test_record_peaks_stores_measured_and_spec_once(store: Store) -> None:
     # A stored spec is not overwritten by a later run; an unknown chip gets no spec rows.
     changed = copy.deepcopy(measured)
     with store.transaction() as session:
-        p.record_peaks(session, changed)
-        p.record_peaks(session, fake_measured("fake:Other"))
+        rec.record_peaks(session, changed)
+        rec.record_peaks(session, fake_measured("fake:Other"))
     assert len(peak_rows(store, "spec")) == 8
     assert len(peak_rows(store, "measured")) == 6
 
@@ -702,8 +703,8 @@ def cpu_measured_with_caches(hostname: str, l2: float, l3: float) -> mp.Measured
 
 def test_cache_roofs_are_stored_read_back_and_make_the_measured_roof(store: Store) -> None:
     with store.transaction() as session:
-        p.record_peaks(session, cpu_measured_with_caches("vm-a", 1.0e11, 1.5e11))
-        p.record_peaks(session, cpu_measured_with_caches("vm-b", 1.2e11, 1.4e11))  # best of each
+        rec.record_peaks(session, cpu_measured_with_caches("vm-a", 1.0e11, 1.5e11))
+        rec.record_peaks(session, cpu_measured_with_caches("vm-b", 1.2e11, 1.4e11))  # best of each
     with store.transaction(read_only=True) as session:
         kind = p.peaks_for_kind(session, "cpu:AMD EPYC")
     assert kind.measured_caches == (

@@ -16,7 +16,7 @@ from operator_db.estimate.significant import significance_priorities, significan
 from operator_db.roofline.bounds import Peaks
 from operator_db.roofline.chips import find_chip
 from operator_db.roofline.model import plot_roofline, roofline_table
-from operator_db.roofline.peaks import store_spec_peaks
+from operator_db.roofline.record import store_spec_peaks
 from tests.estimate.test_compose import KIND, setup
 from tests.helpers import run_cli
 

@@ -20,7 +20,7 @@ from operator_db.devices.factory import open_device
 from operator_db.estimate.rooflines import model_roofline
 from operator_db.measure.peaks import measure_peaks
 from operator_db.measure.settings import fast_settings
-from operator_db.roofline.peaks import record_peaks
+from operator_db.roofline.record import record_peaks
 from operator_db.specs import load_spec
 from operator_db.worker.daemon import Worker, WorkerOptions
 from tests.helpers import EXAMPLE_SPECS
