@@ -13,7 +13,6 @@ venv=.venv
 if [ "${1:-}" = "--latest" ]; then
   shift
   venv=.venv-latest
-  export OPDB_DEPS=latest
   bash scripts/bootstrap.sh --latest
   "$venv/bin/python" -m pip list --format=freeze 2>/dev/null \
     | grep -iE '^(transformers|pyyaml|sqlalchemy|pydantic|fastapi|pandas|numpy)==' >&2 || true
