@@ -27,7 +27,7 @@ SPEC_BODY = {
         "content": {
             "application/yaml": {
                 "schema": {"type": "string"},
-                "example": "spec_version: 2\nmodel: {name: tiny, batch_size: 1}\noperators:\n"
+                "example": "spec_version: 3\nmodel: {name: tiny, batch_size: 1}\noperators:\n"
                 "- op: torch.nn.Linear\n  form: module\n  dtype: float32\n"
                 "  args: {in_features: 8, out_features: 4}\n  inputs: [{shape: [1, 8]}]\n",
             }

@@ -137,6 +137,8 @@ class Recorder:
         self.mode = mode
         self.custom_leaves = custom_leaves
         self.entries: dict[str, Entry] = {}
+        self.order: list[str] = []
+        """The key of every recorded call, in the order the model made them."""
         self.skipped: dict[tuple[str, str], Listed] = {}
         """Calls no spec can describe, by op and reason."""
         self.traced: dict[tuple[str, str], Listed] = {}
@@ -456,6 +458,7 @@ class Recorder:
                 frame.problem = frame.problem or f"{label} is opaque ({reason or 'custom'})"
             return
         key = operator_key(op, self.mode)
+        self.order.append(key)
         entry = self.entries.get(key)
         if entry is None:
             self.entries[key] = Entry(op, key, 1, [location], reason, live)

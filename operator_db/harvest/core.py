@@ -36,6 +36,7 @@ from operator_db.specs.io import parse_spec
 from operator_db.specs.keys import operator_key
 from operator_db.specs.schema import (
     MAX_NUMEL,
+    MAX_SEQUENCE_CALLS,
     SPEC_VERSION,
     Mode,
     ModelInfo,
@@ -203,6 +204,23 @@ def _merge(ops: list[OperatorSpec], mode: Mode) -> list[OperatorSpec]:
     return list(merged.values())
 
 
+def _call_order(
+    order: list[str],
+    finished: Mapping[str, OperatorSpec],
+    operators: list[OperatorSpec],
+    mode: Mode,
+) -> list[int] | None:
+    """Return the recorded calls as indices into ``operators`` (after merging), in call order.
+
+    None for a model of more than ``MAX_SEQUENCE_CALLS`` calls: its spec keeps counts only.
+    """
+    if len(order) > MAX_SEQUENCE_CALLS:
+        return None
+    index = {operator_key(op, mode): i for i, op in enumerate(operators)}
+    merged = {key: index[operator_key(op, mode)] for key, op in finished.items()}
+    return [merged[key] for key in order]
+
+
 def harvest(
     model: nn.Module | str,
     example_inputs: Any = None,
@@ -269,11 +287,11 @@ def harvest(
     )
     warnings: list[str] = []
     opaque: list[OpaqueOp] = []
-    operators = _merge(
-        [_finish(e, mode, warnings, opaque) for e in recorder.entries.values()], mode
-    )
+    finished = {key: _finish(e, mode, warnings, opaque) for key, e in recorder.entries.items()}
+    operators = _merge(list(finished.values()), mode)
     if not operators:
         raise HarvestError("the model ran no operator that could be recorded")
+    calls = _call_order(recorder.order, finished, operators, mode)
     batch = specs[0].shape[0] if specs[0].shape else None
     default_name = ref.default_name if ref else type(module).__name__.lower()
     info = ModelInfo(
@@ -292,6 +310,7 @@ def harvest(
         spec_version=SPEC_VERSION,
         model=info,
         operators=operators,
+        calls=calls,
         provenance={
             **provenance(ref, used, fallback, custom_leaves, opaque, skipped, traced),
             # The model's own count: a traced custom leaf's weights are its calls' inputs, and

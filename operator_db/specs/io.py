@@ -235,7 +235,9 @@ class _SpecDumper(yaml.SafeDumper):
 
 
 def _represent_list(dumper: _SpecDumper, data: list[Any]) -> yaml.Node:
-    flow = len(data) <= 16 and all(not isinstance(v, dict | list) for v in data)
+    scalars = all(not isinstance(v, dict | list) for v in data)
+    # A call order is a long list of integers: wrapped lines of them, not one per line.
+    flow = scalars and (len(data) <= 16 or all(type(v) is int for v in data))
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 
 
@@ -259,7 +261,7 @@ def dump_spec(spec: Spec, *, with_keys: bool = True) -> str:
             op_data["key"] = operator_key(op, spec.model.mode)
     ordered = {
         k: data[k]
-        for k in ("spec_version", "model", "provenance", "processed", "operators")
+        for k in ("spec_version", "model", "provenance", "processed", "operators", "calls")
         if k in data
     }
     return yaml.dump(ordered, Dumper=_SpecDumper, sort_keys=False, allow_unicode=True, width=100)

@@ -71,15 +71,18 @@ def spec_content_hash(spec: Spec) -> str:
     """Return a SHA-256 (hex) of what a spec says about its model: model and operators.
 
     Provenance and the ``processed`` marker are not content: re-harvesting the same model on another
-    day yields the same hash. Fields are hashed under their spec-version-1 names, so that a model
-    stored before version 2 is not seen as changed.
+    day yields the same hash. Fields are hashed under their spec-version-1 names, and the call
+    order only where a spec has one, so that a model stored before version 2 (or 3) is not seen
+    as changed.
     """
-    body = {
+    body: dict[str, Any] = {
         "model": spec.model.model_dump(mode="json"),
         "operators": [
             _v1_names(op.model_dump(mode="json", exclude={"key"})) for op in spec.operators
         ],
     }
+    if spec.calls is not None:
+        body["calls"] = spec.calls
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 

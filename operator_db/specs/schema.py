@@ -30,11 +30,15 @@ from operator_db.specs.limits import (
     JsonObject,
 )
 
-SPEC_VERSION = 2
-"""The spec format version this code writes. Version 2 renamed an operator's ``kind`` to
-``form``; version 1 files are read and upgraded (``operator_db.specs.io.upgrade_spec_data``)."""
+SPEC_VERSION = 3
+"""The spec format version this code writes. Version 3 added ``calls`` (the order of the calls);
+version 2 renamed an operator's ``kind`` to ``form``. Older files are read and upgraded
+(``operator_db.specs.io.upgrade_spec_data``); a spec without ``calls`` still loads and estimates."""
 
-SUPPORTED_SPEC_VERSIONS = (1, SPEC_VERSION)
+SUPPORTED_SPEC_VERSIONS = (1, 2, SPEC_VERSION)
+
+MAX_SEQUENCE_CALLS = 1_000_000
+"""Most calls a spec's call order lists; a harvest leaves the order out of a longer model."""
 
 DType = Literal[
     "float64",
@@ -251,6 +255,12 @@ class Spec(_Strict):
     processed: bool = Field(
         default=False, description="Set once the spec has been ingested; not part of its content."
     )
+    calls: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = Field(
+        default=None,
+        max_length=MAX_SEQUENCE_CALLS,
+        description="The model's calls in the order it makes them, as indices into operators "
+        "(each operator appears count times); None where the harvest did not record it.",
+    )
 
     @field_validator("spec_version")
     @classmethod
@@ -273,4 +283,26 @@ class Spec(_Strict):
         calls = sum(op.count for op in self.operators)
         if calls > INT64_MAX:
             raise ValueError(f"the model's calls (counts summed) are {calls}, over 2**63 - 1")
+        if self.calls is not None:
+            _check_order(self.calls, [op.count for op in self.operators])
         return self
+
+
+def _check_order(order: list[int], counts: list[int]) -> None:
+    """Check that a call order names each operator ``count`` times and nothing else.
+
+    Raises:
+        ValueError: an index out of range, or an operator called another number of times.
+    """
+    seen = [0] * len(counts)
+    for position, index in enumerate(order):
+        if index >= len(counts):
+            raise ValueError(
+                f"calls[{position}] is operator {index}, but there are {len(counts)} operators"
+            )
+        seen[index] += 1
+    for index, (found, count) in enumerate(zip(seen, counts, strict=True)):
+        if found != count:
+            raise ValueError(
+                f"calls name operators[{index}] {found} times, but its count is {count}"
+            )

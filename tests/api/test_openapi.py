@@ -55,7 +55,7 @@ def test_the_upload_body_is_described_by_the_spec_schema(client: TestClient) -> 
     media = schema["paths"]["/specs"]["post"]["requestBody"]["content"]["application/yaml"]
     assert media["schema"] == {"$ref": "#/components/schemas/Spec"}
     spec = schema["components"]["schemas"]["Spec"]
-    assert spec["properties"]["spec_version"]["enum"] == [1, 2]
+    assert spec["properties"]["spec_version"]["enum"] == [1, 2, 3]
     assert {"OperatorSpec", "TensorSpec", "ModelInfo"} <= set(schema["components"]["schemas"])
 
 

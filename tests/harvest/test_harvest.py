@@ -436,3 +436,29 @@ def test_long_lists_stay_within_the_provenance_limit() -> None:
         lines = result.spec.provenance[key]
         assert isinstance(lines, list) and len(lines) == 41
         assert lines[-1] == f"and {len(getattr(result, key)) - 40} more"
+
+
+def test_the_spec_keeps_the_order_of_the_calls() -> None:
+    """``calls`` lists the model's calls in order as operator indices; a shared one repeats."""
+    result = harvest(
+        "module:operator_db.examples:mlp?hidden=[64,64]", torch.empty(4, 784, device="meta")
+    )
+    ops = result.spec.operators
+    assert [op.op.rsplit(".", 1)[1] for op in ops] == ["Linear", "ReLU", "Linear", "Linear"]
+    assert result.spec.calls == [0, 1, 2, 1, 3]
+    # The order is content: the same model harvested again gives the same spec.
+    again = harvest(
+        "module:operator_db.examples:mlp?hidden=[64,64]", torch.empty(4, 784, device="meta")
+    )
+    assert again.spec.calls == result.spec.calls
+
+
+def test_calls_of_a_traced_leaf_come_in_the_order_they_ran() -> None:
+    """A custom leaf traced into its functional calls puts them in order where it ran."""
+    result = harvest("transformers:GPT2Model", name="gpt2", overrides={"n_layer": 1})
+    ops = result.spec.operators
+    named = [ops[i].op.rsplit(".", 1)[-1] for i in result.spec.calls or []]
+    assert len(named) == sum(op.count for op in ops)
+    # Each traced Conv1D is a view, an addmm and a view, right after the layer norm it reads.
+    first_norm = named.index("LayerNorm")
+    assert named[first_norm + 1 : first_norm + 4] == ["view", "addmm", "view"]

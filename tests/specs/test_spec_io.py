@@ -18,7 +18,7 @@ from operator_db.specs import (
     operator_key,
     parse_spec,
 )
-from operator_db.specs.io import expand_spec_paths, mark_processed
+from operator_db.specs.io import expand_spec_paths, mark_processed, write_spec
 from tests.helpers import EXAMPLE_SPECS, linear_op, spec_dict
 
 MAX = 16 * 1024 * 1024
@@ -96,9 +96,9 @@ def test_missing_field(tmp_path: Path) -> None:
 
 def test_unknown_spec_version(tmp_path: Path) -> None:
     data = spec_dict()
-    data["spec_version"] = 3
+    data["spec_version"] = 4
     assert error_of(tmp_path, data) == (
-        "resnet50.yaml: spec_version: unknown spec_version 3; this operator-db reads 1, 2"
+        "resnet50.yaml: spec_version: unknown spec_version 4; this operator-db reads 1, 2, 3"
     )
 
 
@@ -111,7 +111,7 @@ def test_version_1_specs_are_read_with_kind_as_form(tmp_path: Path) -> None:
     for op in old["operators"]:
         op["kind"] = op.pop("form")
     loaded_old, loaded_new = parse_spec(old, "old.yaml"), parse_spec(current, "new.yaml")
-    assert loaded_old.spec.spec_version == SPEC_VERSION == 2
+    assert loaded_old.spec.spec_version == SPEC_VERSION == 3
     assert [op.form for op in loaded_old.spec.operators] == [op["kind"] for op in old["operators"]]
     assert loaded_old.keys == loaded_new.keys
     assert loaded_old.content_hash == loaded_new.content_hash
@@ -265,3 +265,39 @@ def test_mark_processed_keeps_the_rest(tmp_path: Path) -> None:
     path = write(tmp_path, "spec_version: 1\n", "b.yaml")
     mark_processed(path)
     assert path.read_text() == "spec_version: 1\nprocessed: true\n"
+
+
+def test_a_call_order_names_each_operator_count_times(tmp_path: Path) -> None:
+    """Version 3's ``calls``: indices into operators in call order, each ``count`` times."""
+    data = spec_dict()
+    counts = [op.get("count", 1) for op in data["operators"]]
+    order = [i for i, n in enumerate(counts) for _ in range(n)][::-1]
+    loaded = parse_spec({**data, "calls": order}, "ok.yaml")
+    assert loaded.spec.calls == order
+    assert loaded.content_hash != parse_spec(data, "no-order.yaml").content_hash
+    # It survives writing and reading back, as wrapped lines of integers.
+    path = tmp_path / "ordered.yaml"
+    write_spec(loaded.spec, path)
+    assert load_spec(path, max_bytes=10**6).spec.calls == order
+    assert "\ncalls: [" in path.read_text()
+    bad = len(counts)
+    assert error_of(tmp_path, {**data, "calls": [*order[:-1], bad]}) == (
+        f"resnet50.yaml: calls[{len(order) - 1}] is operator {bad}, but there are "
+        f"{len(counts)} operators"
+    )
+    assert error_of(tmp_path, {**data, "calls": order[1:]}).startswith(
+        f"resnet50.yaml: calls name operators[{order[0]}] {counts[order[0]] - 1} times, "
+        f"but its count is {counts[order[0]]}"
+    )
+    assert error_of(tmp_path, {**data, "calls": [-1]}) == (
+        "resnet50.yaml: calls[0]: must be >= 0, got -1"
+    )
+
+
+def test_a_version_2_spec_without_calls_keeps_its_content_hash() -> None:
+    """A stored model of spec version 2 is not seen as changed: no order, same hash."""
+    data = spec_dict()
+    old = {**data, "spec_version": 2}
+    loaded_old, loaded_new = parse_spec(old, "old.yaml"), parse_spec(data, "new.yaml")
+    assert loaded_old.spec.calls is None
+    assert loaded_old.content_hash == loaded_new.content_hash
