@@ -122,6 +122,8 @@ class EstimateOut(BaseModel):
     device_kind: str
     mode: str
     timing: str
+    context: str = "alone"
+    """``replay`` where some configurations' times come from a replay of the model's calls."""
     energy: str
     cache_mode: str = Field(description="warm or cold: which results are composed.")
     time_s: float

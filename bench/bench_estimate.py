@@ -56,6 +56,8 @@ class Setting:
     threads: int | None
     store: Store
     estimates: list[Estimate] = field(default_factory=list)
+    alone: list[Estimate] = field(default_factory=list)
+    """The same models composed from the operators looped alone (``context="alone"``)."""
     done: int = 0
     failed: int = 0
     wall_s: float = 0.0
@@ -121,9 +123,16 @@ def main() -> None:
                 run.done, run.failed = run.done + stats.done, run.failed + stats.failed
                 run.wall_s += time.perf_counter() - start
                 with run.store.transaction(read_only=True) as session:
-                    run.estimates.append(
-                        estimate_model(session, name, kind, cache_mode=settings.measure.cache_mode)
-                    )
+                    for out, context in ((run.estimates, "replay"), (run.alone, "alone")):
+                        out.append(
+                            estimate_model(
+                                session,
+                                name,
+                                kind,
+                                cache_mode=settings.measure.cache_mode,
+                                context=context,  # type: ignore[arg-type]
+                            )
+                        )
         load_after = os.getloadavg()
         device.close()
         for run in runs:
@@ -153,31 +162,42 @@ def _print(
         )
     print()
     head = " | ".join(
-        f"estimate {r.label} (ms) | measured {r.label} (ms) | error {r.label}" for r in runs
+        f"estimate {r.label} (ms) | measured {r.label} (ms) | error {r.label} | "
+        f"looped alone {r.label}"
+        for r in runs
     )
     print(f"| model | {head} |")
-    print("| --- |" + " ---: | ---: | ---: |" * len(runs))
+    print("| --- |" + " ---: | ---: | ---: | ---: |" * len(runs))
     for i, est in enumerate(runs[0].estimates):
         cells = []
         for run in runs:
             e = run.estimates[i]
-            cells += [_ms(e.total_time_s), _ms(e.full_run_time_s), _pct(e.time_error)]
+            cells += [
+                _ms(e.total_time_s),
+                _ms(e.full_run_time_s),
+                _pct(e.time_error),
+                _pct(run.alone[i].time_error),
+            ]
         print(f"| {est.model} | " + " | ".join(cells) + " |")
     print()
-    print("| threads | models | median absolute error | worst | operators alone: median |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(
+        "| threads | operators | models | median absolute error | worst | "
+        "operators alone (no time between): median |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
     for run in runs:
-        errors = [abs(e.time_error) for e in run.estimates if e.time_error is not None]
-        ops = [
-            abs(e.operators_time_error) for e in run.estimates if e.operators_time_error is not None
-        ]
-        if not errors:
-            print(f"| {run.label} | 0 | - | - | - |")
-            continue
-        print(
-            f"| {run.label} | {len(errors)} | {statistics.median(errors):.1%} | "
-            f"{max(errors):.1%} | {statistics.median(ops):.1%} |"
-        )
+        for label, estimates in (("in a replay", run.estimates), ("looped alone", run.alone)):
+            errors = [abs(e.time_error) for e in estimates if e.time_error is not None]
+            ops = [
+                abs(e.operators_time_error) for e in estimates if e.operators_time_error is not None
+            ]
+            if not errors:
+                print(f"| {run.label} | {label} | 0 | - | - | - |")
+                continue
+            print(
+                f"| {run.label} | {label} | {len(errors)} | {statistics.median(errors):.1%} | "
+                f"{max(errors):.1%} | {statistics.median(ops):.1%} |"
+            )
 
 
 def _ms(seconds: float | None) -> str:

@@ -46,6 +46,12 @@ class MeasureSettings(BaseModel):
         description="Time a full-model job's hollow run too (the time between operators an "
         "estimate adds); `opdb study` without --operators turns it off: no estimate uses it.",
     )
+    replay: bool = Field(
+        default=True,
+        description="In an interleaved model job on a CPU (inference, a spec with its call "
+        "order), time the operators in a replay of the model's calls too: the figures a CPU "
+        "estimate composes (docs/measurement.md, 'Replay in the model's order').",
+    )
     operator_min_time_s: float | None = Field(
         default=None,
         ge=0,

@@ -87,6 +87,7 @@ def get_estimate(
     energy: Literal["total", "dynamic"] = "total",
     cache_mode: Literal["warm", "cold"] = "warm",
     aggregate: Literal["latest", "median"] = "latest",
+    context: Literal["replay", "alone"] = "replay",
     predict: bool = False,
     limit: Limit = 100,
     offset: Offset = 0,
@@ -96,6 +97,8 @@ def get_estimate(
     The same figures as `opdb estimate`; the configurations come a page at a time, costliest
     first. `predict=true` fills the configurations not measured on the kind with its newest
     predictor (`opdb predict train`), with an interval; 404 where the kind has none.
+    `context=alone` composes a CPU model's operators as looped alone even where its run timed
+    them in a replay of the model's calls (the default where it did).
     """
     predicted = None
     if predict:  # scikit-learn behind it
@@ -113,6 +116,7 @@ def get_estimate(
         aggregate=aggregate,
         between_ops_warn=settings.estimate_between_ops_warn,
         predicted=predicted,
+        context=context,
     )
     ranked = est.ranked_config_rows()
     summary = finite_values(est.summary())

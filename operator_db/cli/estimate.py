@@ -114,6 +114,7 @@ def _print_estimate(est: Estimate, top: int) -> None:
     head.add_row(
         "timing used",
         (f"{est.timing} (CUDA graph where measured)" if est.timing == "graph" else "eager")
+        + (", in a replay of the model's calls" if est.context == "replay" else "")
         + f", {est.cache_mode} caches",
     )
     console.print(head)
@@ -187,6 +188,13 @@ def estimate(
             "every call: results of OPDB_MEASURE__CACHE_MODE=cold)."
         ),
     ] = "warm",
+    context: Annotated[
+        str,
+        typer.Option(
+            help="replay (a CPU model's operators as timed in a replay of its call order, where "
+            "its run has one) or alone (looped alone)."
+        ),
+    ] = "replay",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the per-configuration CSV.")] = False,
     top: Annotated[int, typer.Option(help="Configurations listed in the table.")] = 15,
@@ -205,10 +213,11 @@ def estimate(
         or energy not in ("total", "dynamic")
         or aggregate not in ("latest", "median")
         or cache not in ("warm", "cold")
+        or context not in ("replay", "alone")
     ):
         raise typer.BadParameter(
             "--timing is eager or graph; --energy total or dynamic; --aggregate latest or "
-            "median; --cache warm or cold"
+            "median; --cache warm or cold; --context replay or alone"
         )
     from operator_db.config import get_settings
     from operator_db.db import queries
@@ -235,6 +244,7 @@ def estimate(
             cache_mode="cold" if cache == "cold" else "warm",
             between_ops_warn=get_settings().estimate_between_ops_warn,
             predicted=predicted,
+            context="alone" if context == "alone" else "replay",
         )
     if as_json:
         sys.stdout.write(json.dumps(est.as_dict(), indent=2, allow_nan=False) + "\n")

@@ -137,6 +137,7 @@ def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
         "spec_version": spec.spec_version,
         "spec_hash": loaded.content_hash,
         "provenance": spec.provenance,
+        "calls": list(spec.calls) if spec.calls is not None else None,
     }
     status: IngestStatus
     if model is None:

@@ -110,6 +110,9 @@ class Model(Base):
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    calls: Mapped[list[Any] | None] = mapped_column(JsonType)
+    """The model's calls in order, as positions of its operators (``ModelOperator.position``);
+    None for a spec without them (before spec version 3, or a model of over a million calls)."""
 
     operators: Mapped[list[ModelOperator]] = relationship(
         back_populates="model", cascade="all, delete-orphan", passive_deletes=True
@@ -336,6 +339,11 @@ class FullModelRun(_Result, Base):
     hollow_host_time_s: Mapped[float | None] = mapped_column(Float)
     """GPU: the host's per-call time to issue the hollow run, in s: the Python and launches the
     model spends outside its recorded modules (revision 0004)."""
+    replay: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    """CPU, inference: the model's operators timed in a replay of its call order
+    (``measure.replay``, revision 0009): ``per_call_s`` (configuration id as text → median time
+    per call inside the replay, in s), ``time_s`` (a whole pass), ``passes``, ``calls``,
+    ``chained`` (share of calls fed the previous output) and ``copies``. None where not run."""
 
     __table_args__ = (
         Index(

@@ -39,6 +39,9 @@ TimingChoice = Literal["eager", "graph"]
 CacheChoice = Literal["warm", "cold"]
 AggregateChoice = Aggregate
 EnergyChoice = Literal["total", "dynamic"]
+ContextChoice = Literal["replay", "alone"]
+"""Which per-call times of a CPU model's operators it composes: those timed in a replay of the
+model's call order where its newest run has one (``replay``), or those looped alone (``alone``)."""
 
 BETWEEN_OPS_WARN = 0.10
 """Default share of the estimate above which the time between operators is a warning
@@ -218,6 +221,11 @@ class Estimate:
             return None
         return sum_known(r["roofline_time_s"] for r in self.config_rows)
 
+    @property
+    def context(self) -> ContextChoice:
+        """``replay`` where any configuration's time is from a replay of the model's calls."""
+        return "replay" if any(r["timing"] == "replay" for r in self.config_rows) else "alone"
+
     def ranked_config_rows(self) -> list[dict[str, Any]]:
         """Return ``config_rows`` costliest first, the unmeasured last, ties in spec order."""
         return sorted(self.config_rows, key=lambda r: (r["time_s"] is None, -(r["time_s"] or 0.0)))
@@ -240,6 +248,7 @@ class Estimate:
             "device_kind": self.device_kind,
             "mode": self.mode,
             "timing": self.timing,
+            "context": self.context,
             "energy": self.energy,
             "cache_mode": self.cache_mode,
             "time_s": self.time_s,
@@ -291,6 +300,7 @@ def estimate_model(
     cache_mode: CacheChoice = "warm",
     between_ops_warn: float = BETWEEN_OPS_WARN,
     predicted: Predicted | None = None,
+    context: ContextChoice = "replay",
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
@@ -307,6 +317,10 @@ def estimate_model(
     a warning (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``). ``predicted`` fills the configurations not
     measured on the kind with those per-call costs (``estimate/predicted.py``; a predictor's, from
     ``operator_db.predict.mix.predicted_costs``).
+    ``context="replay"`` (eager timing) composes, for each configuration the model's run timed in
+    a replay of the model's call order (a CPU: ``measure/replay.py``), that time per call — the
+    operator in the model's context — and the time looped alone elsewhere; ``"alone"`` always the
+    time looped alone. The rows' ``timing`` says which (``replay`` or ``eager``).
 
     Raises:
         NotFoundError: unknown model or device kind.
@@ -322,6 +336,11 @@ def estimate_model(
     runs = queries.model_figures(
         session, [model.id], [kind.id], aggregate=aggregate, cache_mode=cache_mode
     )
+    run = runs.get((model.id, kind.id, "graph" if timing == "graph" else "eager")) or runs.get(
+        (model.id, kind.id, "eager")
+    )
+    in_context = run is not None and context == "replay" and timing == "eager"
+    replayed = (run.replay_per_call_s if run is not None and in_context else None) or {}
     records: list[dict[str, Any]] = []
     for cfg in links:
         m = measured.get((cfg.id, kind.id, "eager"))
@@ -329,6 +348,8 @@ def estimate_model(
         used = "graph" if graph is not None else "eager"
         chosen = graph or m
         time_per_call = chosen.time_median_s if chosen is not None else None
+        if m is not None and cfg.id in replayed:
+            used, time_per_call = "replay", replayed[cfg.id]
         energy_per_call = _energy_of(m, energy)
         roof = None
         if peaks is not None and (cfg.form != "opaque" or None not in (cfg.flops, cfg.bytes)):
@@ -377,10 +398,14 @@ def estimate_model(
     energies = [r["energy_j"] for r in records if r["measured"]]
     energy_total = sum_if_all_known(energies)
     op_rows = by_op(records, total_time)
-    run = runs.get((model.id, kind.id, "graph" if timing == "graph" else "eager")) or runs.get(
-        (model.id, kind.id, "eager")
-    )
     notes = []
+    in_replay = sum(1 for r in records if r["timing"] == "replay")
+    if in_replay:
+        rest = " (the rest looped alone)" if in_replay < len(done) else ""
+        notes.append(
+            f"in context: {in_replay} of {len(measurable)} configurations timed in a replay of "
+            f"the model's call order{rest}"
+        )
     if cache_mode == "cold":
         notes.append("cold caches: results measured with the caches flushed before every call")
     unmeasured = [r["key"] for r in measurable if not r["measured"]]

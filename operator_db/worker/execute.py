@@ -33,12 +33,15 @@ from operator_db.specs.schema import Mode
 
 if TYPE_CHECKING:
     from operator_db.measure.model_run import ModelRun
+    from operator_db.measure.replay import Replay
+    from operator_db.ops.build import BuiltOp
 
 Prepared = Callable[[], object]
 """One call of the target on inputs allocated once (what the engine loops)."""
 
 _MODEL = "model"
 _HOLLOW = "hollow"
+_REPLAY = "replay"
 """Names of the whole model's targets in an interleaved job (configurations go by their key,
 a 64-digit hex string, so the names cannot collide)."""
 
@@ -146,16 +149,43 @@ def _job_model(session: Session, job: JobInfo) -> Model:
     return model
 
 
-def _prepare_operator(
-    config: OperatorConfig, device: Device, settings: MeasureSettings
-) -> Prepared:
+def _prepare_operator(config: OperatorConfig, device: Device, settings: MeasureSettings) -> BuiltOp:
     from operator_db.ops import build_op
 
     mode: Mode = "training" if config.mode == "training" else "inference"
-    built = build_op(
+    return build_op(
         queries.config_spec(config), mode=mode, device=device.torch_device(), seed=settings.seed
     )
-    return built.run
+
+
+def _prepare_replay(
+    model: Model,
+    positions: dict[int, str],
+    built: dict[str, BuiltOp],
+    device: Device,
+    settings: MeasureSettings,
+) -> Replay | None:
+    """Return the replay of the model's call order over its built configurations, where one runs.
+
+    It runs on a CPU (synchronous: a call's time is its cost), for an inference model whose spec
+    has its call order, with ``settings.replay``. ``positions`` maps a configuration's position in
+    the spec to its key; calls of configurations not built (opaque, left out) are not replayed.
+    """
+    from operator_db.measure.replay import Replay
+
+    if (
+        not settings.replay
+        or model.mode != "inference"
+        or not model.calls
+        or device.torch_device().type != "cpu"
+    ):
+        return None
+    calls = [
+        (positions[p], built[positions[p]])
+        for p in model.calls
+        if p in positions and positions[p] in built
+    ]
+    return Replay(calls) if calls else None
 
 
 def _prepare_model(
@@ -254,7 +284,7 @@ def execute_job(
                 raise NotFoundError(f"configuration {job.config_id} no longer exists")
             dtype = _config_dtype(config)
             config_id, config_mode, key = config.id, config.mode, config.key
-            run = _prepare_operator(config, device, settings)
+            run = _prepare_operator(config, device, settings).run
         with _grad_mode(config_mode):
             result = measure(
                 run,
@@ -296,33 +326,38 @@ def _execute_interleaved(
         model = _job_model(session, job)
         model_id, model_dtype, model_mode = model.id, model.dtype, model.mode
         model_run = _prepare_model(session, model, device, settings)
-        configs = [
-            mc.config for mc in queries.model_configs(session, model_id, measurable_only=True)
-        ]
+        every = queries.model_configs(session, model_id)
+        positions = {mc.position: mc.config.key for mc in every}
+        configs = [mc.config for mc in every if mc.config.form != "opaque"]
+        built: dict[str, BuiltOp] = {}
         prepared: dict[str, tuple[int, str]] = {}
         targets: list[Target] = []
         op_min_time_s = operator_min_time_s(device, settings)
         left_out: dict[str, str] = {}
         for config in configs:
             try:
-                run = _prepare_operator(config, device, settings)
+                op = _prepare_operator(config, device, settings)
             except (OperatorDBError, RuntimeError, ValueError, TypeError) as exc:
                 if is_sticky_cuda_error(exc):
                     raise  # no configuration after it could be built: the worker must restart
                 left_out[config.key] = str(exc).strip().splitlines()[0] if str(exc) else "failed"
                 continue
             prepared[config.key] = (config.id, _config_dtype(config))
+            built[config.key] = op
             targets.append(
                 Target(
                     config.key,
-                    run,
+                    op.run,
                     min_time_s=op_min_time_s,
                     nvtx_range=nvtx_range_name(config.key),
                 )
             )
+        replay = _prepare_replay(model, positions, built, device, settings)
     targets.append(Target(_MODEL, model_run.run, min_time_s=settings.model_min_time_s))
     if model_run.hollow is not None:
         targets.append(Target(_HOLLOW, model_run.hollow, energy=False))
+    if replay is not None:
+        targets.append(Target(_REPLAY, replay, energy=False))
     with _grad_mode(model_mode):
         measured = measure_interleaved(targets, device, settings, idle_power=idle_power_w)
     results = {r.target: r for r in measured}
@@ -336,7 +371,27 @@ def _execute_interleaved(
             flags=(*model_result.flags, Flag.INTERLEAVED_PARTIAL),
             provenance={**model_result.provenance, "left_out": left_out},
         )
-    rows.extend(
-        _model_rows(job, model_id, model_dtype, model_result, results.get(_HOLLOW), model_run)
+    model_rows = _model_rows(
+        job, model_id, model_dtype, model_result, results.get(_HOLLOW), model_run
     )
+    if replay is not None:
+        ids = {key: config_id for key, (config_id, _) in prepared.items()}
+        for row in model_rows:
+            if row.timing == "eager":
+                row.replay = _replay_column(replay, results[_REPLAY], ids)
+    rows.extend(model_rows)
     return rows
+
+
+def _replay_column(replay: Replay, result: MeasureResult, ids: dict[str, int]) -> dict[str, Any]:
+    """Return a model run's ``replay`` column: per configuration id, its time in the replay."""
+    figures = replay.figures()
+    return {
+        "per_call_s": {str(ids[key]): s for key, s in figures.per_call_s.items()},
+        "time_s": result.eager.summary.median,
+        "passes": figures.passes,
+        "calls": figures.calls,
+        "chained": figures.chained,
+        "copies": figures.copies,
+        "flags": [str(f) for f in result.eager.flags],
+    }

@@ -54,7 +54,7 @@ def probe_model(
         ]
         for config in configs:
             try:
-                run = _prepare_operator(config, device, settings)
+                run = _prepare_operator(config, device, settings).run
                 with _grad_mode(config.mode):
                     for _ in range(settings.warmup_min_calls):
                         run()

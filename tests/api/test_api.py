@@ -142,6 +142,12 @@ def test_enqueue_estimate_and_jobs(client: TestClient) -> None:
     data = est.json()
     assert (data["time_s"], data["coverage"], data["unmeasured"]) == (0.0, 0.0, 4)
     assert len(data["configurations"]) == 4
+    assert data["context"] == "alone"  # nothing measured, nothing replayed
+    alone = client.get(
+        "/models/mlp-small-b8/estimate",
+        params={"device_kind": "fake:FakeGPU", "context": "alone"},
+    )
+    assert alone.status_code == 200 and alone.json()["context"] == "alone"
     unknown = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "nope"})
     assert unknown.status_code == 404
 
@@ -166,6 +172,7 @@ def test_every_error_is_a_problem_document(client: TestClient) -> None:
         (client.delete("/health"), 405),
         (client.get("/models/x/estimate"), 422),  # device_kind missing
         (client.get("/models/x/estimate", params={"device_kind": "k", "timing": "fast"}), 422),
+        (client.get("/models/x/estimate", params={"device_kind": "k", "context": "x"}), 422),
         (
             client.post(
                 "/models/x/jobs", json={"device_kind": "k", "priority": 2**63}, headers=AUTH

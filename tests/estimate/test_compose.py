@@ -164,6 +164,7 @@ def _between_setup(
     measure_function: bool = True,
     host: dict[str, float] | None = None,
     hollow_host: float | None = None,
+    replay: dict[str, float] | None = None,
 ) -> None:
     """Model 'glue': Linear once (1 ms), torch.relu as a function 3 times (0.1 ms each)."""
     relu_fn = {
@@ -198,6 +199,8 @@ def _between_setup(
         )
         run.hollow_time_s = hollow
         run.hollow_host_time_s = hollow_host
+        if replay is not None:
+            run.replay = {"per_call_s": {str(ids[op]): t for op, t in replay.items()}}
         session.add(run)
 
 
@@ -295,3 +298,39 @@ def test_estimates_say_which_cache_mode_they_compose(store: Store) -> None:
     assert cold.full_run_time_s is None  # the model was measured warm only
     assert cold.summary()["cache_mode"] == "cold"
     assert any("cold caches" in note for note in cold.notes)
+
+
+def test_a_cpu_model_composes_its_operators_as_timed_in_the_replay_of_its_calls(
+    store: Store,
+) -> None:
+    """Where the model's run timed the operators in a replay of its calls, those times are
+    composed — the functional ones subtracted from the hollow run too — and ``alone`` ignores
+    them; a configuration the replay did not time keeps its time looped alone."""
+    _between_setup(store, "cpu:Test", hollow=0.5e-3, replay={"torch.nn.Linear": 1.2e-3})
+    with store.transaction() as session:
+        alone = estimate_model(session, "glue", "cpu:Test", context="alone")
+        est = estimate_model(session, "glue", "cpu:Test")
+    assert alone.context == "alone" and alone.time_s == pytest.approx(1.3e-3)
+    assert est.context == "replay" and est.summary()["context"] == "replay"
+    assert [r["timing"] for r in est.config_rows] == ["replay", "eager"]
+    assert est.time_s == pytest.approx(1.2e-3 + 3 * 1e-4)
+    assert est.total_time_s == pytest.approx(1.5e-3 + 0.2e-3)
+    assert "in context: 1 of 2 configurations timed in a replay" in " ".join(est.notes)
+
+
+def test_the_replay_of_functional_operators_is_what_the_hollow_run_loses(store: Store) -> None:
+    """The hollow run runs the functional operators inside the model: what it loses to them is
+    their time in context, the replay's, not their time looped alone."""
+    _between_setup(
+        store,
+        "cpu:Test",
+        hollow=0.5e-3,
+        replay={"torch.nn.Linear": 1.1e-3, "torch.relu": 1.5e-4},
+    )
+    with store.transaction() as session:
+        est = estimate_model(session, "glue", "cpu:Test")
+        median = estimate_model(session, "glue", "cpu:Test", aggregate="median")
+    assert est.between_ops_s == pytest.approx(0.5e-3 - 3 * 1.5e-4)
+    assert est.total_time_s == pytest.approx(1.1e-3 + 0.5e-3)
+    # With one stored run, the median of the replays is that run's.
+    assert median.time_s == pytest.approx(est.time_s)

@@ -74,8 +74,9 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         assert set(run.flags) <= vocabulary and all(
             set(m.flags) <= vocabulary for m in measurements
         )
-        # The configurations, the model and its hollow run (Linear, ReLU, Linear stubbed).
-        assert run.provenance["interleaved"] == {"targets": configs + 2, "rounds": 5}
+        # The configurations, the model, its hollow run (Linear, ReLU, Linear stubbed) and the
+        # replay of its calls in order.
+        assert run.provenance["interleaved"] == {"targets": configs + 3, "rounds": 5}
         assert run.provenance["hollow"]["stubbed_modules"] == 3
         assert run.hollow_time_s is not None and run.hollow_time_s > 0
         assert all(m.blocks == run.blocks == 5 for m in measurements)
@@ -86,6 +87,20 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         est = estimate_model(session, "tiny", kind)
         assert est.coverage == 1.0 and est.full_run_time_s == run.time_median_s
         assert est.between_ops_s is not None  # the MLP has no functional operator: the hollow run
+        # Each configuration's time is the one inside the replay of the model's calls.
+        assert run.replay is not None
+        replayed = {int(k): v for k, v in run.replay["per_call_s"].items()}
+        assert set(replayed) == {m.config_id for m in measurements}
+        assert (run.replay["calls"], run.replay["chained"]) == (3, pytest.approx(2 / 3))
+        assert run.replay["passes"] >= 5 and run.replay["time_s"] > 0
+        assert est.context == "replay" and est.summary()["context"] == "replay"
+        assert {r["timing"] for r in est.config_rows} == {"replay"}
+        assert sorted(r["time_per_call_s"] for r in est.config_rows) == sorted(replayed.values())
+        alone = estimate_model(session, "tiny", kind, context="alone")
+        assert alone.context == "alone" and {r["timing"] for r in alone.config_rows} == {"eager"}
+        assert sorted(r["time_per_call_s"] for r in alone.config_rows) == sorted(
+            m.time_median_s for m in measurements
+        )
         # Nothing is missing: no second job; remeasure queues one again.
         again = queue.enqueue_model(session, "tiny", kind, interleaved=True)
         assert (again.queued_model_run, again.already_measured) == (False, configs)
@@ -180,3 +195,39 @@ def test_a_spec_from_another_build_gets_no_hollow_run(store: Store) -> None:
         assert len(session.scalars(select(Measurement)).all()) == configs
         est = estimate_model(session, "tiny", "fake:FakeGPU")
         assert est.between_ops_s is None and est.total_time_s == est.time_s
+
+
+def test_no_replay_without_a_call_order_or_when_turned_off(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec of version 2 has no call order: its model job times no replay, the estimate
+    composes the operators looped alone; ``replay=False`` turns it off for any spec."""
+    result = harvest(
+        "module:operator_db.examples:mlp?hidden=[64]",
+        torch.empty(4, 784, device="meta"),
+        name="tiny",
+    )
+    data = result.spec.model_dump(mode="json")
+    data.pop("calls")
+    with store.transaction() as session:
+        ingest_specs(session, [parse_spec({**data, "spec_version": 2}, "tiny.yaml")])
+    run_interleaved_job(store)
+    with store.transaction(read_only=True) as session:
+        run = session.scalars(select(FullModelRun)).one()
+        assert run.replay is None and run.provenance["interleaved"]["targets"] == 3 + 2
+        est = estimate_model(session, "tiny", FakeDevice().identity().name)
+        assert est.context == "alone" and not any("replay" in n for n in est.notes)
+    ingest_mlp(store, name="tiny2")  # with its call order, measured with the replay turned off
+    device = FakeDevice(update_period_s=0.001)
+    with store.transaction() as session:
+        queue.enqueue_model(session, "tiny2", device.identity().name, interleaved=True)
+    stats = Worker(
+        store,
+        device,
+        fast_settings(model_min_time_s=0.01, replay=False),
+        WorkerOptions(until_idle=True, poll_s=0.01),
+    ).run()
+    assert (stats.done, stats.failed) == (1, 0)
+    with store.transaction(read_only=True) as session:
+        runs = session.scalars(select(FullModelRun)).all()
+        assert [r.replay for r in runs] == [None, None]

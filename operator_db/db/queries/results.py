@@ -45,6 +45,10 @@ class Figure:
     """GPU: the host's per-call issue time, s (None where not recorded)."""
     hollow_host_time_s: float | None = None
     """Whole models on a GPU: the host's time to issue the hollow run, s."""
+    replay_per_call_s: dict[int, float] | None = None
+    """Whole models on a CPU: per configuration id, its time per call in a replay of the model's
+    call order, s (``FullModelRun.replay``; the median over results with ``aggregate="median"``);
+    None where no replay ran."""
 
 
 FigureKey = tuple[int, int, str]
@@ -55,6 +59,22 @@ def _median_or_none(values: list[float | None]) -> float | None:
     if not values or any(v is None for v in values):
         return None
     return statistics.median(v for v in values if v is not None)
+
+
+def _replay_figures(replay: Any) -> dict[int, float] | None:
+    """Return a stored replay's per-call times by configuration id (None without one)."""
+    if not isinstance(replay, dict) or not isinstance(replay.get("per_call_s"), dict):
+        return None
+    return {int(k): float(v) for k, v in replay["per_call_s"].items()}
+
+
+def _median_replay(replays: list[Any]) -> dict[int, float] | None:
+    """Return the median per configuration over the results that have a replay."""
+    found = [r for r in (_replay_figures(x) for x in replays) if r is not None]
+    if not found:
+        return None
+    ids = {i for r in found for i in r}
+    return {i: statistics.median(r[i] for r in found if i in r) for i in ids}
 
 
 def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
@@ -78,6 +98,7 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
                 hollow_time_s=newest.hollow_time_s,
                 hollow_host_time_s=newest.hollow_host_time_s,
                 host_time_per_call_s=newest.host_time_per_call_s,
+                replay_per_call_s=_replay_figures(newest.replay),
             )
             continue
         out[key] = Figure(
@@ -91,6 +112,7 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
             hollow_time_s=_median_or_none([r.hollow_time_s for r in results]),
             hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in results]),
             host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in results]),
+            replay_per_call_s=_median_replay([r.replay for r in results]),
         )
     return out
 
@@ -150,11 +172,12 @@ def _figure_query(
     """
     target: Any = Measurement.config_id if table is Measurement else FullModelRun.model_id
     model_only = (
-        (FullModelRun.hollow_time_s, FullModelRun.hollow_host_time_s)
+        (FullModelRun.hollow_time_s, FullModelRun.hollow_host_time_s, FullModelRun.replay)
         if table is FullModelRun
         else (
             cast(null(), Float).label("hollow_time_s"),
             cast(null(), Float).label("hollow_host_time_s"),
+            null().label("replay"),
         )
     )
     columns = (

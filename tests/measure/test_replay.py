@@ -1,0 +1,73 @@
+"""A replay of a model's call order: each call timed in place, fed the previous output."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from operator_db.measure.replay import Replay
+from operator_db.ops import build_op
+from operator_db.specs import OperatorSpec
+from tests.helpers import linear_op, relu_op
+
+
+def test_each_call_is_timed_and_figures_are_per_call_medians() -> None:
+    """With a clock that ticks 1 µs per reading, every call takes 1 µs whatever it is."""
+    linear = build_op(OperatorSpec.model_validate(linear_op(8, 8, batch=2)))
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    ticks = itertools.count(0, 1000)
+    replay = Replay(
+        [("lin", linear), ("relu", relu), ("lin", linear), ("relu", relu), ("relu", relu)],
+        clock=lambda: next(ticks),
+    )
+    with torch.no_grad():
+        for _ in range(3):
+            replay()
+    figures = replay.figures()
+    assert figures.per_call_s == pytest.approx({"lin": 1e-6, "relu": 1e-6})
+    assert (figures.passes, figures.calls) == (3, 5)
+    # Every call after the first reads the previous output (same shape); the second Linear is
+    # a copy with its own weights (a ReLU has none to copy).
+    assert figures.chained == pytest.approx(4 / 5)
+    assert figures.copies == 1
+
+
+def test_a_call_reads_the_previous_output_and_each_position_has_its_own_weights() -> None:
+    linear = build_op(OperatorSpec.model_validate(linear_op(8, 8, batch=2)))
+    replay = Replay([("lin", linear), ("lin", linear)])
+    with torch.no_grad():
+        out = replay()
+    first, second = replay._steps[0][1], replay._steps[1][1]
+    assert first.module is linear.module and second.module is not linear.module
+    assert second.inputs is linear.inputs  # the copy shares the inputs it was built with
+    assert first.module is not None and second.module is not None
+    assert first.module.weight.data_ptr() != second.module.weight.data_ptr()
+    with torch.no_grad():
+        expected = second.module(first.module(linear.inputs[0]))
+    torch.testing.assert_close(out, expected)
+
+
+def test_copies_stop_at_the_budget_and_positions_then_share() -> None:
+    linear = build_op(OperatorSpec.model_validate(linear_op(8, 8, batch=2)))
+    size = sum(p.numel() * p.element_size() for p in linear.module.parameters())  # type: ignore[union-attr]
+    replay = Replay([("lin", linear)] * 4, max_copy_bytes=2 * size)
+    assert replay.copies == 2
+    assert replay._steps[3][1] is linear
+
+
+def test_a_call_of_another_shape_reads_its_own_input() -> None:
+    linear = build_op(OperatorSpec.model_validate(linear_op(8, 4, batch=2)))
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    replay = Replay([("lin", linear), ("relu", relu)])
+    with torch.no_grad():
+        out = replay()
+    torch.testing.assert_close(out, torch.relu(relu.inputs[0]))
+    assert replay.figures().chained == 0.0
+
+
+def test_figures_before_any_pass_are_an_error() -> None:
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    with pytest.raises(ValueError, match="has not run"):
+        Replay([("relu", relu)]).figures()
