@@ -48,6 +48,12 @@ LLC_MULTIPLE = 4
 the cache, not memory (a 2-vCPU EPYC VM has 32 MiB of L3; some server CPUs have over 1 GiB)."""
 
 
+CPU_CONV_SHAPES = ((64, 56), (128, 28), (256, 14))
+"""(channels, side) of the 3x3 convolutions (stride 1, padding 1, batch 1) a CPU's compute peak
+also tries: ResNet's. oneDNN's direct convolution can beat the BLAS's square matmul (on this
+project's VM two of ResNet-50's 3x3 convolutions ran 1.4-4.1 % faster than its best matmul)."""
+
+
 def cpu_copy_bytes(llc_bytes: int | None) -> int:
     """Return the CPU bandwidth copy's buffer size, bytes: ``CPU_COPY_BYTES`` or 4 × the LLC."""
     return max(CPU_COPY_BYTES, LLC_MULTIPLE * (llc_bytes or 0))
@@ -60,17 +66,20 @@ _MAX_CALLS_PER_BLOCK = 1 << 16
 class KernelTiming:
     """Raw timing of one peak kernel: ``len(block_s)`` blocks of ``calls_per_block`` calls."""
 
-    kernel: Literal["matmul", "copy", "add_"]
+    kernel: Literal["matmul", "conv3x3", "copy", "add_"]
     dtype: str | None
-    """The matmul dtype; None for the copy."""
+    """The compute kernel's dtype; None for the copy."""
     size: int
-    """Matmul: n of the n x n x n product; copy, add_: bytes of each buffer."""
+    """Matmul: n of the n x n x n product; conv3x3: its channels (in and out); copy, add_: bytes
+    of each buffer."""
     work_per_call: int
-    """Matmul: FLOPs per call, 2 n^3; copy: bytes moved per call, 2 x size (read + write);
-    add_: 3 x size (two reads, one write in place)."""
+    """Matmul: FLOPs per call, 2 n^3; conv3x3: 2 x 9 x channels^2 x side^2; copy: bytes moved
+    per call, 2 x size (read + write); add_: 3 x size (two reads, one write in place)."""
     calls_per_block: int
     block_s: tuple[float, ...]
     """Raw block durations, s."""
+    side: int | None = None
+    """conv3x3: the height and width of its input and output, elements."""
 
     @property
     def rates_per_s(self) -> tuple[float, ...]:
@@ -89,9 +98,10 @@ class KernelTiming:
 
     def describe(self) -> str:
         """Return a one-line description (stored as the measured peak's ``reference``)."""
-        unit = "FLOP/s" if self.kernel == "matmul" else "B/s"
+        unit = "FLOP/s" if self.kernel in ("matmul", "conv3x3") else "B/s"
         what = {
             "matmul": f"matmul {self.dtype} n={self.size}",
+            "conv3x3": f"3x3 conv2d {self.dtype} {self.size} channels at {self.side}x{self.side}",
             "copy": f"copy_ of {self.size} B (2x counted)",
             "add_": f"in-place add_ of two {self.size} B buffers (3x counted)",
         }[self.kernel]
@@ -106,6 +116,7 @@ class KernelTiming:
             "kernel": self.kernel,
             "dtype": self.dtype,
             "size": self.size,
+            **({"side": self.side} if self.side is not None else {}),
             "work_per_call": self.work_per_call,
             "calls_per_block": self.calls_per_block,
             "block_s": list(self.block_s),
@@ -257,7 +268,8 @@ def measure_peaks(
 
     Compute: an n x n by n x n ``torch.matmul`` into a preallocated output per dtype, counted as
     2 n^3 FLOPs per call (n: ``matmul_n``, default 8192 on a GPU; elsewhere the best of 512,
-    1024 and 2048, since a CPU's BLAS can be fastest on matrices its caches hold). ``float32``
+    1024 and 2048, since a CPU's BLAS can be fastest on matrices its caches hold, and of the 3x3
+    convolutions of ``CPU_CONV_SHAPES``, counted as 2 x 9 x channels^2 x side^2 FLOPs). ``float32``
     runs in IEEE FP32 (``float32_matmul_precision("highest")``); ``tf32`` with TF32 enabled (CUDA
     only). A dtype whose call would take longer than ``max_call_s`` s (float16 on most CPUs), or
     that fails, is skipped with the reason in ``skipped``. Bandwidth: the faster of
@@ -311,6 +323,11 @@ def measure_peaks(
                 timings = [
                     _measure_matmul(dtype, size, dev, timer, min_time_s, repeats) for size in sizes
                 ]
+                if not cuda and matmul_n is None:  # oneDNN's convolutions are kernels too
+                    timings += [
+                        _measure_conv(dtype, shape, dev, timer, min_time_s, repeats)
+                        for shape in CPU_CONV_SHAPES
+                    ]
                 matmul[dtype] = max(timings, key=lambda t: t.best_per_s)
         copy = _measure_copy(nbytes, dev, timer, min_time_s, repeats)
         cpu = identity.device_type == "cpu"
@@ -346,22 +363,62 @@ def _measure_matmul(
     return KernelTiming("matmul", dtype, n, 2 * n**3, calls, blocks)
 
 
+def _measure_conv(
+    dtype: str,
+    shape: tuple[int, int],
+    dev: torch.device,
+    timer: BlockTimer,
+    min_time_s: float,
+    repeats: int,
+) -> KernelTiming:
+    channels, side = shape
+    kind = MATMUL_DTYPES[dtype]
+    x = torch.randn(1, channels, side, side, dtype=kind, device=dev)
+    w = torch.randn(channels, channels, 3, 3, dtype=kind, device=dev)
+
+    def run() -> object:
+        return torch.nn.functional.conv2d(x, w, padding=1)
+
+    with torch.no_grad():
+        calls, blocks = _time_kernel(run, timer, min_time_s=min_time_s, repeats=repeats)
+    flops = 2 * 9 * channels**2 * side**2
+    return KernelTiming("conv3x3", dtype, channels, flops, calls, blocks, side)
+
+
 CACHE_FILL = 4
-"""A cache level's copy uses buffers of 1/4 of the level each: half of it in all, so that the
-copy stays in the level with room for the rest of the process."""
+"""A cache level's copy uses buffers of 1/4 of the level each at most: half of it in all, so that
+the copy stays in the level with room for the rest of the process."""
+CACHE_SIZES = 4
+"""Buffer sizes tried per cache level: 1/4, 1/8, 1/16, 1/32 of it (those that overflow the level
+above); the fastest is the level's roof."""
 
 
 def _measure_caches(
     dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
 ) -> tuple[CacheCopy, ...]:
-    """Return a copy per cache level from L2 down that fits in it (none where sysfs is silent)."""
+    """Return a copy per cache level from L2 down that fits in it (none where sysfs is silent).
+
+    Each level tries buffers of 1/4, 1/8, 1/16 and 1/32 of what it holds, as long as the two
+    buffers overflow the level above, and keeps the fastest: on a VM, sysfs tells the whole
+    socket's last-level cache (480 MiB on this project's Xeon VM), of which the process's share
+    is far smaller, and a quarter of it measures memory (55 GB/s there), not the cache — a
+    residual ``add_`` of ResNet-50 looped alone then ran 1.35x faster than its bound.
+    """
     found = []
+    above = 0
     for cache in cache_levels():
         if cache.level < 2:  # an L1 copy times the call's overhead, not the cache
+            above = cache.capacity_bytes
             continue
-        nbytes = cache.capacity_bytes // CACHE_FILL
-        timing = _measure_copy(nbytes, dev, timer, min_time_s, repeats)
-        found.append(CacheCopy(f"L{cache.level}", cache.capacity_bytes, timing))
+        sizes = [
+            cache.capacity_bytes // (CACHE_FILL << k)
+            for k in range(CACHE_SIZES)
+            if k == 0 or 2 * (cache.capacity_bytes // (CACHE_FILL << k)) > above
+        ]
+        timings = [_measure_copy(n, dev, timer, min_time_s, repeats) for n in sizes]
+        best = max(timings, key=lambda t: t.best_per_s)
+        found.append(CacheCopy(f"L{cache.level}", cache.capacity_bytes, best))
+        above = cache.capacity_bytes
     return tuple(found)
 
 

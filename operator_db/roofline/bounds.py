@@ -16,6 +16,10 @@ from typing import Any, Literal
 BoundType = Literal["memory", "compute"]
 
 
+TRAFFIC_PER_BYTE_HELD = 2
+"""Bytes of traffic a cache level can serve per byte it holds: each line read and written."""
+
+
 def _check_work(flops: float, nbytes: float) -> None:
     if flops < 0 or nbytes < 0 or math.isnan(flops) or math.isnan(nbytes):
         raise ValueError(f"flops and bytes must be >= 0, got {flops!r} and {nbytes!r}")
@@ -116,9 +120,11 @@ class Peaks:
     def memory_time_s(self, nbytes: float | None) -> float:
         """Return the least time to move ``nbytes`` bytes, s (None: 0).
 
-        The fastest cache level serves as many bytes as it holds, then the next, and memory the
-        rest: a floor however the bytes are spread over the levels, since no byte comes faster
-        than the fastest level that can hold it. Levels no faster than memory are left out.
+        The fastest cache level serves up to ``TRAFFIC_PER_BYTE_HELD`` times as many bytes as it
+        holds, then the next, and memory the rest: a floor however the bytes are spread over the
+        levels, since no byte comes faster than the fastest level that can hold it, and a line
+        held is at most read and written back (an in-place ``add_`` of two 1.6 MB tensors moves
+        4.8 MB over 3.2 MB of lines). Levels no faster than memory are left out.
 
         Raises:
             ValueError: negative bytes or non-positive peaks.
@@ -130,7 +136,7 @@ class Peaks:
         for cache in sorted(self.caches, key=lambda c: -c.bytes_per_s):
             if cache.bytes_per_s <= self.bytes_per_s or left <= 0:
                 continue
-            served = min(left, cache.capacity_bytes)
+            served = min(left, TRAFFIC_PER_BYTE_HELD * cache.capacity_bytes)
             time_s += served / cache.bytes_per_s
             left -= served
         return time_s + left / self.bytes_per_s
