@@ -122,6 +122,10 @@ class EstimateOut(BaseModel):
     device_kind: str
     mode: str
     timing: str
+    pipeline: dict[str, float | int | str] | None = None
+    """GPU, a spec with its call order: the two stages simulated over the calls in order."""
+    host_cpu: str | None = None
+    """GPU: the CPU of the host whose run gave the host stage."""
     context: str = "alone"
     """``replay`` where some configurations' times come from a replay of the model's calls."""
     energy: str

@@ -1,4 +1,4 @@
-"""A model's call order (spec version 3) and its operators' times in a replay of that order
+"""A model's call order and synchronizing calls (spec version 3), its operators' times in a replay
 
 Revision ID: 0009
 Revises: 0008
@@ -22,6 +22,7 @@ _JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 def upgrade() -> None:
     with op.batch_alter_table("models") as batch:
         batch.add_column(sa.Column("calls", _JSON, nullable=True))
+        batch.add_column(sa.Column("syncs", _JSON, nullable=True))
     with op.batch_alter_table("full_model_runs") as batch:
         batch.add_column(sa.Column("replay", _JSON, nullable=True))
 
@@ -30,4 +31,5 @@ def downgrade() -> None:
     with op.batch_alter_table("full_model_runs") as batch:
         batch.drop_column("replay")
     with op.batch_alter_table("models") as batch:
+        batch.drop_column("syncs")
         batch.drop_column("calls")

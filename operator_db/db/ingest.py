@@ -138,6 +138,7 @@ def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
         "spec_hash": loaded.content_hash,
         "provenance": spec.provenance,
         "calls": list(spec.calls) if spec.calls is not None else None,
+        "syncs": list(spec.syncs) if spec.syncs else None,
     }
     status: IngestStatus
     if model is None:

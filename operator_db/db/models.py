@@ -113,6 +113,9 @@ class Model(Base):
     calls: Mapped[list[Any] | None] = mapped_column(JsonType)
     """The model's calls in order, as positions of its operators (``ModelOperator.position``);
     None for a spec without them (before spec version 3, or a model of over a million calls)."""
+    syncs: Mapped[list[Any] | None] = mapped_column(JsonType)
+    """Positions in ``calls`` before which the model makes the host wait for the device (spec
+    version 3's ``syncs``); None or empty where it never does."""
 
     operators: Mapped[list[ModelOperator]] = relationship(
         back_populates="model", cascade="all, delete-orphan", passive_deletes=True

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, NamedTuple, Self
 
 import torch
 
+from operator_db.devices.host_cpu import host_cpu
 from operator_db.errors import DeviceError
 
 DeviceType = Literal["gpu", "cpu", "fake"]
@@ -355,6 +356,7 @@ class Device(abc.ABC):
             "cuda_version": torch.version.cuda,
             "cudnn_version": cudnn,
             "torch_threads": torch.get_num_threads(),
+            "host_cpu": host_cpu(),
             "power_field_scope": self.power_scope(),
             "energy_scope": self.energy_scope(),
             "counter_update_period_s": self._update_period_s,

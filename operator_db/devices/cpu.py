@@ -24,10 +24,10 @@ from operator_db.devices.base import (
     Sleep,
     Telemetry,
 )
+from operator_db.devices.host_cpu import CPUINFO, read_cpu_model
 from operator_db.errors import DeviceError, PermissionDeniedError
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
-CPUINFO = Path("/proc/cpuinfo")
 
 _TOP_ZONE = re.compile(r"intel-rapl:(\d+)")
 _SUB_ZONE = re.compile(r"intel-rapl:(\d+):(\d+)")
@@ -117,26 +117,6 @@ def _zone_sort_key(name: str) -> tuple[int, ...]:
     """Sort ``intel-rapl:1:0`` after ``intel-rapl:1`` and ``intel-rapl:10`` after ``:9``."""
     parts = name.split(":")[1:]
     return tuple(int(p) if p.isdigit() else -1 for p in parts)
-
-
-def read_cpu_model(cpuinfo: Path = CPUINFO) -> tuple[str, str]:
-    """Return (model name, vendor) from ``/proc/cpuinfo``, falling back to ``platform``."""
-    model = vendor = ""
-    try:
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key == "model name" and not model:
-                model = " ".join(value.split())
-            elif key == "vendor_id" and not vendor:
-                vendor = value.strip()
-            if model and vendor:
-                break
-    except OSError:
-        pass
-    model = model or platform.processor() or platform.machine() or "unknown"
-    vendors = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
-    return model, vendors.get(vendor, vendor or "unknown")
 
 
 class CpuDevice(Device):

@@ -11,7 +11,6 @@ between operators that is a large share of the estimate (opaque work runs there 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,8 +19,10 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.queries import Aggregate, Figure
+from operator_db.estimate.pipeline import Pipeline, gpu_notes, host_stage, model_pipeline
 from operator_db.estimate.predicted import Predicted, predicted_fields
 from operator_db.estimate.rows import (
+    between_ops,
     between_warnings,
     by_op,
     coverage_warnings,
@@ -134,6 +135,12 @@ class Estimate:
     configuration at its interval's end), in s; None without predictions."""
     predictor: dict[str, Any] | None = None
     """The predictor used (version, training data, level), None without predictions."""
+    host_cpu: str | None = None
+    """GPU: the CPU of the host whose model run gave the host stage (``hosts.info``); the same
+    GPU's host stage moves with the host's CPU. None where unknown or on a CPU."""
+    pipeline: Pipeline | None = None
+    """GPU, a spec with its call order: the two stages simulated over the calls in order
+    (``estimate/pipeline.py``); None elsewhere (then ``max(host, device)``)."""
 
     @property
     def between_ops_share(self) -> float | None:
@@ -173,6 +180,8 @@ class Estimate:
         """
         if self.adds_between:
             return self.time_s + max(self.between_ops_s or 0.0, 0.0)
+        if self.pipeline is not None:
+            return self.pipeline.time_s
         if self.host_time_s is not None:
             return max(self.time_s, self.host_time_s)
         return self.time_s
@@ -190,6 +199,8 @@ class Estimate:
         """GPU: which pipeline stage bounds the estimate; None where there is no pipeline."""
         if self.adds_between or self.host_time_s is None:
             return None
+        if self.pipeline is not None:
+            return self.pipeline.bound_by
         return "host" if self.host_time_s > self.time_s else "device"
 
     @property
@@ -256,6 +267,8 @@ class Estimate:
             "between_ops_share": self.between_ops_share,
             "host_time_s": self.host_time_s,
             "bound_by": self.bound_by,
+            "pipeline": None if self.pipeline is None else self.pipeline.as_dict(),
+            "host_cpu": self.host_cpu,
             "total_time_s": self.total_time_s,
             "energy_j": self.energy_j,
             "coverage": self.coverage,
@@ -341,6 +354,7 @@ def estimate_model(
     )
     in_context = run is not None and context == "replay" and timing == "eager"
     replayed = (run.replay_per_call_s if run is not None and in_context else None) or {}
+    replayed_host = (run.replay_host_per_call_s if run is not None and in_context else None) or {}
     records: list[dict[str, Any]] = []
     for cfg in links:
         m = measured.get((cfg.id, kind.id, "eager"))
@@ -371,7 +385,9 @@ def estimate_model(
                 "time_low_per_call_s": None,
                 "time_high_per_call_s": None,
                 "time_s": None if time_per_call is None else cfg.count * time_per_call,
-                "host_time_per_call_s": None if chosen is None else chosen.host_time_per_call_s,
+                "host_time_per_call_s": replayed_host.get(cfg.id)
+                if m is not None and cfg.id in replayed_host
+                else (None if chosen is None else chosen.host_time_per_call_s),
                 "energy_per_call_j": energy_per_call,
                 "energy_j": None if energy_per_call is None else cfg.count * energy_per_call,
                 "roofline_time_per_call_s": roof,
@@ -414,20 +430,15 @@ def estimate_model(
     warnings = coverage_warnings(coverage, coverage_roofline, unmeasured, opaque_rows)
     if energy_total is None and len(energies):
         notes.append("energy unavailable for some configurations: no energy estimate")
-    between = _between_ops(run, records)
+    hollow_host = run.hollow_host_time_s if run is not None else None
+    between = between_ops(run.hollow_time_s if run is not None else None, records)
     adds_between = kind.type != "gpu"
-    host = None if adds_between else _host_stage(run, records)
-    if not adds_between and host is None and between is not None:
-        notes.append(
-            f"{between * 1e3:.3f} ms between operators (hollow run) overlaps the GPU's work: "
-            "not added (no host issue times recorded for a pipeline estimate)"
-        )
-    if host is not None:
-        notes.append(
-            f"GPU pipeline: host stage {host * 1e3:.3f} ms (issue), device stage "
-            f"{total_time * 1e3:.3f} ms (operators); the "
-            f"{'host' if host > total_time else 'device'} bounds the model"
-        )
+    host = None if adds_between else host_stage(hollow_host, records)
+    pipe = None if host is None else model_pipeline(records, model.calls, model.syncs, hollow_host)
+    notes += gpu_notes(adds_between, between, host, total_time, pipe)
+    host_cpu = None if host is None or run is None else queries.host_cpu_label(session, run.host_id)
+    if host_cpu is not None:
+        notes.append(f"host stage measured on {host_cpu}")
     if model.mode == "training":
         notes.append(
             "training step: Σ forward+backward per operator; the optimizer step is not "
@@ -456,6 +467,8 @@ def estimate_model(
         between_ops_s=between,
         adds_between=adds_between,
         host_time_s=host,
+        pipeline=pipe,
+        host_cpu=host_cpu,
         cache_mode=cache_mode,
         warnings=warnings,
     )
@@ -472,28 +485,3 @@ def estimate_model(
             warnings=warnings,
         ),
     )
-
-
-def _host_stage(run: Figure | None, records: list[dict[str, Any]]) -> float | None:
-    """GPU: hollow-run issue time + Σ count × issue time of the recorded modules, in s.
-
-    None unless the model's run and every measured module configuration have host times and no
-    measurable module is unmeasured (a partial host stage would understate it).
-    """
-    if run is None or run.hollow_host_time_s is None:
-        return None
-    modules = [r for r in records if r["form"] == "module"]
-    if not all(r["measured"] and r["host_time_per_call_s"] is not None for r in modules):
-        return None
-    issue = math.fsum(r["count"] * r["host_time_per_call_s"] for r in modules)
-    return run.hollow_host_time_s + issue
-
-
-def _between_ops(run: Figure | None, records: list[dict[str, Any]]) -> float | None:
-    """Hollow run − Σ count × per-call of the functional operators, in s (None if unknown)."""
-    if run is None or run.hollow_time_s is None:
-        return None
-    functional = [r for r in records if r["form"] == "function"]
-    if not all(r["measured"] for r in functional):
-        return None
-    return run.hollow_time_s - sum_known(r["time_s"] for r in functional)

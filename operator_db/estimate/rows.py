@@ -92,3 +92,18 @@ def by_op(records: list[dict[str, Any]], total_time: float) -> list[dict[str, An
         )
     rows.sort(key=lambda row: row["time_s"], reverse=True)
     return rows
+
+
+def between_ops(hollow_s: float | None, records: list[dict[str, Any]]) -> float | None:
+    """Hollow run − Σ count × per-call time of the functional operators, in s (None if unknown).
+
+    ``records`` are an estimate's configuration rows: the functional operators' times are those
+    it composes (in the replay of the model's calls where it has them: what the hollow run, which
+    still runs them inside the model, loses to them).
+    """
+    if hollow_s is None:
+        return None
+    functional = [r for r in records if r["form"] == "function"]
+    if not all(r["measured"] for r in functional):
+        return None
+    return hollow_s - sum_known(r["time_s"] for r in functional)

@@ -149,3 +149,46 @@ def class_name(module: nn.Module) -> str:
     """Return a module's class as ``module.QualifiedName``."""
     cls = type(module)
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+SYNCHRONIZING = frozenset(
+    {
+        *(
+            f"torch.Tensor.{m}"
+            for m in (
+                "item",
+                "tolist",
+                "numpy",
+                "cpu",
+                "__bool__",
+                "__int__",
+                "__float__",
+                "__index__",
+                "nonzero",
+                "masked_select",
+                "unique",
+                "unique_consecutive",
+            )
+        ),
+        "torch.nonzero",
+        "torch.masked_select",
+        "torch.unique",
+        "torch.unique_consecutive",
+        "torch.equal",
+        "torch.argwhere",
+    }
+)
+"""Calls that make the host wait for the device: they bring values to the host (``.item()``,
+``if mask.any():``) or size an output by its data (``nonzero``)."""
+
+
+def synchronizes(func: Callable[..., Any], name: str | None) -> bool:
+    """Whether a call makes the host wait for the device (``SYNCHRONIZING``).
+
+    ``.item()`` and ``__bool__`` are not operators (``function_name`` gives None): their tensor
+    method's qualified name (``TensorBase.item``) says what they are.
+    """
+    if name is None:
+        owner, _, method = str(getattr(func, "__qualname__", "")).partition(".")
+        name = f"torch.Tensor.{method}" if owner in ("TensorBase", "Tensor") else None
+    return name in SYNCHRONIZING

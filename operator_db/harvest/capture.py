@@ -37,6 +37,7 @@ from operator_db.harvest.calls import (
     opaque_name,
     operator_spec,
     output_specs,
+    synchronizes,
     tensor_inputs,
 )
 from operator_db.harvest.modules import (
@@ -58,6 +59,7 @@ are recorded, its parameters becoming tensor inputs; opaque only where tracing f
 one with parameters as opaque, untraced."""
 
 _INDEXING = frozenset({"torch.Tensor.__getitem__", "torch.Tensor.__setitem__"})
+
 
 _Encoded = tuple[list[TensorSpec], CallSpec | None]
 
@@ -139,6 +141,9 @@ class Recorder:
         self.entries: dict[str, Entry] = {}
         self.order: list[str] = []
         """The key of every recorded call, in the order the model made them."""
+        self.syncs: list[int] = []
+        """Positions in ``order`` before which the model made the host wait for the device (a
+        synchronizing call, ``SYNCHRONIZING``, after the calls before it)."""
         self.skipped: dict[tuple[str, str], Listed] = {}
         """Calls no spec can describe, by op and reason."""
         self.traced: dict[tuple[str, str], Listed] = {}
@@ -364,6 +369,8 @@ class Recorder:
     ) -> Any:
         """Run a functional call made outside recorded leaves, and record it."""
         name = function_name(func)
+        if synchronizes(func, name) and (not self.syncs or self.syncs[-1] != len(self.order)):
+            self.syncs.append(len(self.order))
         encoded: _Encoded | None = None
         problem: str | None = None
         skip: str | None = None

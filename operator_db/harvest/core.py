@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -204,6 +205,15 @@ def _merge(ops: list[OperatorSpec], mode: Mode) -> list[OperatorSpec]:
     return list(merged.values())
 
 
+def _model_name(class_name: str) -> str:
+    """Return a model name from a module's class name (``_Tiny`` → ``tiny``).
+
+    Only the characters a spec's name allows, starting with a letter or digit.
+    """
+    name = re.sub(r"[^a-z0-9._:+@-]", "-", class_name.lower()).lstrip("._:+@-")
+    return name or "model"
+
+
 def _call_order(
     order: list[str],
     finished: Mapping[str, OperatorSpec],
@@ -293,7 +303,7 @@ def harvest(
         raise HarvestError("the model ran no operator that could be recorded")
     calls = _call_order(recorder.order, finished, operators, mode)
     batch = specs[0].shape[0] if specs[0].shape else None
-    default_name = ref.default_name if ref else type(module).__name__.lower()
+    default_name = ref.default_name if ref else _model_name(type(module).__name__)
     info = ModelInfo(
         name=name or (f"{default_name}-b{batch}" if batch else default_name),
         reference=ref.text if ref else None,
@@ -311,6 +321,7 @@ def harvest(
         model=info,
         operators=operators,
         calls=calls,
+        syncs=list(recorder.syncs) if calls is not None and recorder.syncs else None,
         provenance={
             **provenance(ref, used, fallback, custom_leaves, opaque, skipped, traced),
             # The model's own count: a traced custom leaf's weights are its calls' inputs, and

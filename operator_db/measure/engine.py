@@ -201,6 +201,9 @@ class Target:
     nvtx_range: str | None = None
     """With ``settings.nvtx``: the NVTX range one call after its warm-up runs in (see
     :func:`measure`); None: no such call."""
+    graph: bool = True
+    """Time it as a CUDA graph too where it is fast enough (False: a hollow run or a replay,
+    whose Python and timers a graph would not replay)."""
 
 
 def measure_interleaved(
@@ -256,7 +259,8 @@ def measure_interleaved(
         flagged(timing_of("eager", calls[i], blocks[i]), settings) for i in range(len(targets))
     ]
     graphs = [
-        _graph_timing(t.run, e, timer, settings) for t, e in zip(targets, eagers, strict=True)
+        _graph_timing(t.run, e, timer, settings) if t.graph else None
+        for t, e in zip(targets, eagers, strict=True)
     ]
     trials = _interleaved_trials(targets, eagers, device, settings, rng, sleep, clock)
     results = []

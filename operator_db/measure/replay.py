@@ -24,11 +24,12 @@ b1 from −12.9 % of the model (operators looped alone) to +0.6 %, MobileNetV2 b
 from __future__ import annotations
 
 import copy
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -36,13 +37,51 @@ from operator_db.ops.build import BuiltOp
 
 Clock = Callable[[], int]
 
+DEVICE_PASSES = 32
+"""Most passes whose calls a device timer marks (every other pass until then): their median
+is each call's device time; the rest time the host's issue of each call."""
+
+
+class CallTimer(Protocol):
+    """Marks on an asynchronous device's stream between calls (CUDA events), read afterwards."""
+
+    def mark(self) -> object:
+        """Record a mark after the work issued so far; return it."""
+
+    def spans_s(self, marks: Sequence[object]) -> list[float]:
+        """Return the device time between consecutive marks, in s (waits for the last one)."""
+
+
+class CudaCallTimer:
+    """:class:`CallTimer` over CUDA events on a stream (the current one by default)."""
+
+    def __init__(self, stream: torch.cuda.Stream | None = None) -> None:
+        self._stream = stream
+
+    def mark(self) -> object:
+        """Record a timing event on the stream."""
+        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        event.record(self._stream)
+        return event
+
+    def spans_s(self, marks: Sequence[object]) -> list[float]:
+        """Return the elapsed time between consecutive events, in s."""
+        events = [m for m in marks if isinstance(m, torch.cuda.Event)]
+        if events:
+            events[-1].synchronize()
+        return [a.elapsed_time(b) / 1000 for a, b in itertools.pairwise(events)]
+
 
 @dataclass(frozen=True)
 class ReplayFigures:
     """What a replay measured: each configuration's in-context time, and how faithful it was."""
 
     per_call_s: dict[str, float]
-    """Per configuration key: median over passes of its time per call inside the replay, in s."""
+    """Per configuration key: median over passes of its time per call inside the replay, in s
+    (on an asynchronous device, its device time between marks)."""
+    host_per_call_s: dict[str, float] | None
+    """With a device timer (a GPU): per key, the host's median time to issue one call in the
+    replay, in s — the host stage in context; None on a synchronous device."""
     passes: int
     """Passes the figures are the median of."""
     calls: int
@@ -70,6 +109,11 @@ class Replay:
     configurations are a forward and a backward each, which do not chain. ``max_copy_bytes=0``
     (positions share one instance) and ``chain=False`` (every call reads its own inputs) are
     the variants ``bench/bench_replay.py`` compares.
+
+    On an asynchronous device (``device_timer``: a GPU) a call's time on the host is the time to
+    issue it, not its cost: every other pass (up to ``DEVICE_PASSES``) marks the device's stream
+    between calls instead, and those marks give each call's device time in context; the other
+    passes give each call's issue time in context (``ReplayFigures.host_per_call_s``).
     """
 
     def __init__(
@@ -78,10 +122,13 @@ class Replay:
         *,
         max_copy_bytes: int = 2 * 1024**3,
         chain: bool = True,
+        device_timer: CallTimer | None = None,
         clock: Clock = time.perf_counter_ns,
     ) -> None:
         self._clock = clock
         self._chain = chain
+        self._timer = device_timer
+        self._marked: list[list[object]] = []
         self._keys = sorted({key for key, _ in calls})
         index = {key: i for i, key in enumerate(self._keys)}
         self._counts = [0] * len(self._keys)
@@ -110,31 +157,50 @@ class Replay:
 
     def __call__(self) -> object:
         """Run one pass: every call in order, each timed; return the last call's output."""
+        timer = self._timer
+        marking = (
+            timer is not None
+            and len(self._marked) < DEVICE_PASSES
+            and len(self._passes) > len(self._marked)  # every other pass, from the second
+        )
         clock = self._clock
         spent = [0] * len(self._keys)
+        marks = [timer.mark()] if timer is not None and marking else []
         last: torch.Tensor | None = None
         out: Any = None
         chained = 0
         for i, built in self._steps:
-            args = built.args
-            if (
-                last is not None
-                and self._chain
-                and args
-                and isinstance(args[0], torch.Tensor)
-                and args[0].shape == last.shape
-                and args[0].dtype == last.dtype
-                and args[0].device == last.device
-            ):
-                args = (last, *args[1:])
-                chained += 1
-            start = clock()
-            out = built.fn(*args, **built.kwargs)
-            spent[i] += clock() - start
+            args = self._arguments(built, last)
+            chained += args is not built.args
+            if timer is not None and marking:
+                out = built.fn(*args, **built.kwargs)
+                marks.append(timer.mark())
+            else:
+                start = clock()
+                out = built.fn(*args, **built.kwargs)
+                spent[i] += clock() - start
             last = _first_tensor(out)
-        self._passes.append(spent)
+        if marking:
+            self._marked.append(marks)
+        else:
+            self._passes.append(spent)
         self._chained = chained
         return out
+
+    def _arguments(self, built: BuiltOp, last: torch.Tensor | None) -> tuple[Any, ...]:
+        """Return a call's arguments: its own, or the previous output in place of the first."""
+        args = built.args
+        if (
+            last is not None
+            and self._chain
+            and args
+            and isinstance(args[0], torch.Tensor)
+            and args[0].shape == last.shape
+            and args[0].dtype == last.dtype
+            and args[0].device == last.device
+        ):
+            return (last, *args[1:])
+        return args
 
     def figures(self) -> ReplayFigures:
         """Return the per-configuration figures over the passes run so far.
@@ -144,13 +210,31 @@ class Replay:
         """
         if not self._passes:
             raise ValueError("the replay has not run")
-        per_call = {
-            key: statistics.median(p[i] for p in self._passes) / self._counts[i] / 1e9
+        host = self._per_key([[t / 1e9 for t in p] for p in self._passes])
+        if self._timer is None or not self._marked:
+            return self._figures(host, None, len(self._passes))
+        device: list[list[float]] = []
+        for marks in self._marked:
+            spent = [0.0] * len(self._keys)
+            for (i, _), span in zip(self._steps, self._timer.spans_s(marks), strict=True):
+                spent[i] += span
+            device.append(spent)
+        return self._figures(self._per_key(device), host, len(self._marked))
+
+    def _per_key(self, passes: list[list[float]]) -> dict[str, float]:
+        """Median over passes of each configuration's time in the pass, per call."""
+        return {
+            key: statistics.median(p[i] for p in passes) / self._counts[i]
             for i, key in enumerate(self._keys)
         }
+
+    def _figures(
+        self, per_call: dict[str, float], host: dict[str, float] | None, passes: int
+    ) -> ReplayFigures:
         return ReplayFigures(
             per_call,
-            len(self._passes),
+            host,
+            passes,
             self.calls,
             self._chained / self.calls if self.calls else 0.0,
             self.copies,

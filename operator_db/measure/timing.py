@@ -19,10 +19,11 @@ from typing import Any, Literal
 import torch
 
 from operator_db.devices.base import Clock, Device
-from operator_db.errors import MeasurementError
+from operator_db.errors import DeviceContextLostError, MeasurementError
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.stats import Summary, summarize
+from operator_db.ops.build import first_line
 
 Call = Callable[[], object]
 """One call of what is measured, on inputs allocated once and reused."""
@@ -353,28 +354,76 @@ def flagged(timing: Timing, settings: MeasureSettings) -> Timing:
     return dataclasses.replace(timing, flags=flags)
 
 
-GRAPH_MIN_TORCH = (2, 13)
-"""The oldest torch graph timing runs on. Before it, a failed capture could leave the caching
-allocator believing a capture was still under way, and its pool reserved, for the rest of the
-process (pytorch/pytorch#180395, #190348): one op that cannot be captured would spoil the jobs
-after it."""
+GRAPH_MIN_TORCH = (2, 4)
+"""The oldest torch graph timing runs on."""
+CLEAN_FAILURE_TORCH = (2, 13)
+"""Before it, a failed capture could leave the caching allocator believing a capture was still
+under way, and the graph's private pool reserved, for the rest of the process
+(pytorch/pytorch#180395, #190348). There the first failed capture turns graph timing off for the
+rest of the process (eager timing goes on; the next process tries again), and where the stream
+is still capturing or the device cannot allocate afterwards, the context counts as lost: the
+worker stops for a restart (``DeviceContextLostError``)."""
+
+_graphs_off: str | None = None
+"""Why graph timing is off for the rest of this process (a failed capture on an old torch)."""
+
+
+def _torch_version(text: str) -> tuple[int, int] | None:
+    parts = text.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def graph_timing_unavailable(version: str | None = None) -> str | None:
-    """Say why CUDA-graph timing is off with this torch (``version``: torch's), or None."""
+    """Say why CUDA-graph timing is off with this torch (``version``: torch's), or None.
+
+    With no ``version``, also where an earlier capture of this process failed on a torch older
+    than :data:`CLEAN_FAILURE_TORCH`.
+    """
     text = version if version is not None else torch.__version__
-    parts = text.split("+")[0].split(".")
-    try:
-        found = (int(parts[0]), int(parts[1]))
-    except (IndexError, ValueError):
+    found = _torch_version(text)
+    if found is None:
         return f"CUDA-graph timing off: cannot read the torch version {text!r}"
     if found < GRAPH_MIN_TORCH:
         wanted = ".".join(map(str, GRAPH_MIN_TORCH))
-        return (
-            f"CUDA-graph timing off: torch {text} may leave its allocator in capture mode after "
-            f"a failed capture; it needs torch >= {wanted}"
+        return f"CUDA-graph timing off: torch {text} is older than {wanted}"
+    return _graphs_off if version is None else None
+
+
+def _after_failed_capture(message: str) -> None:
+    """Turn graph timing off for this process after a failed capture on an old torch.
+
+    On a torch before :data:`CLEAN_FAILURE_TORCH` only; the context counts as lost where the
+    allocator kept the failed capture's state.
+
+    Raises:
+        DeviceContextLostError: the stream is still capturing, or a small allocation fails.
+    """
+    global _graphs_off
+    found = _torch_version(torch.__version__)
+    if found is None or found >= CLEAN_FAILURE_TORCH:
+        return
+    _graphs_off = (
+        f"CUDA-graph timing off for this process after a failed capture ({message}) on torch "
+        f"{torch.__version__}, older than "
+        f"{'.'.join(map(str, CLEAN_FAILURE_TORCH))}; the next process tries again"
+    )
+    try:
+        capturing = torch.cuda.is_current_stream_capturing()
+        if not capturing:
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
+    except RuntimeError as exc:
+        raise DeviceContextLostError(
+            f"after a failed CUDA graph capture the device cannot allocate: {first_line(exc)}"
+        ) from exc
+    if capturing:
+        raise DeviceContextLostError(
+            "a failed CUDA graph capture left the stream capturing (torch "
+            f"{torch.__version__}): the process must restart"
         )
-    return None
 
 
 def time_cuda_graph(
@@ -388,7 +437,8 @@ def time_cuda_graph(
 
     Raises:
         MeasurementError: the op cannot be captured (data-dependent shapes, host syncs, ...), or
-            this torch is too old for graph timing (:data:`GRAPH_MIN_TORCH`).
+            graph timing is off (:func:`graph_timing_unavailable`).
+        DeviceContextLostError: a failed capture left the allocator capturing (torch < 2.13).
     """
     unavailable = graph_timing_unavailable()
     if unavailable is not None:
@@ -408,7 +458,9 @@ def time_cuda_graph(
         graph.replay()  # once untimed: the first replay uploads the graph
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - any capture failure means "no graph timing"
-        raise MeasurementError(f"CUDA graph capture failed: {str(exc).splitlines()[0]}") from None
+        message = f"CUDA graph capture failed: {first_line(exc)}"
+        _after_failed_capture(message)
+        raise MeasurementError(message) from None
     replays = calls_for(settings.block_min_s, per_call_s * settings.graph_unroll, 1, 10_000)
     blocks = []
     for _ in range(settings.blocks):

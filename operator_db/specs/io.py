@@ -261,7 +261,7 @@ def dump_spec(spec: Spec, *, with_keys: bool = True) -> str:
             op_data["key"] = operator_key(op, spec.model.mode)
     ordered = {
         k: data[k]
-        for k in ("spec_version", "model", "provenance", "processed", "operators", "calls")
+        for k in ("spec_version", "model", "provenance", "processed", "operators", "calls", "syncs")
         if k in data
     }
     return yaml.dump(ordered, Dumper=_SpecDumper, sort_keys=False, allow_unicode=True, width=100)

@@ -83,6 +83,8 @@ def spec_content_hash(spec: Spec) -> str:
     }
     if spec.calls is not None:
         body["calls"] = spec.calls
+    if spec.syncs:
+        body["syncs"] = spec.syncs
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 

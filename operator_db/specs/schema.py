@@ -261,6 +261,12 @@ class Spec(_Strict):
         description="The model's calls in the order it makes them, as indices into operators "
         "(each operator appears count times); None where the harvest did not record it.",
     )
+    syncs: list[Annotated[int, Field(ge=0, le=MAX_SEQUENCE_CALLS)]] | None = Field(
+        default=None,
+        max_length=MAX_SEQUENCE_CALLS,
+        description="Positions in calls before which the model makes the host wait for the "
+        "device (.item(), if mask.any():, nonzero); len(calls) is after the last call.",
+    )
 
     @field_validator("spec_version")
     @classmethod
@@ -285,6 +291,15 @@ class Spec(_Strict):
             raise ValueError(f"the model's calls (counts summed) are {calls}, over 2**63 - 1")
         if self.calls is not None:
             _check_order(self.calls, [op.count for op in self.operators])
+        if self.syncs is not None:
+            if self.calls is None:
+                raise ValueError("syncs are positions in calls, and there are no calls")
+            for i, position in enumerate(self.syncs):
+                if position > len(self.calls) or (i and position <= self.syncs[i - 1]):
+                    raise ValueError(
+                        f"syncs[{i}] is {position}: syncs are increasing positions from 0 to "
+                        f"{len(self.calls)} (the number of calls)"
+                    )
         return self
 
 

@@ -167,25 +167,27 @@ def _prepare_replay(
 ) -> Replay | None:
     """Return the replay of the model's call order over its built configurations, where one runs.
 
-    It runs on a CPU (synchronous: a call's time is its cost), for an inference model whose spec
-    has its call order, with ``settings.replay``. ``positions`` maps a configuration's position in
-    the spec to its key; calls of configurations not built (opaque, left out) are not replayed.
+    It runs for an inference model whose spec has its call order, with ``settings.replay``: on a
+    CPU a call's time is its cost; on a GPU the passes alternate between the host's issue time
+    of each call and the device's time between CUDA events (``measure/replay.py``).
+    ``positions`` maps a configuration's position in the spec to its key; calls of
+    configurations not built (opaque, left out) are not replayed.
     """
-    from operator_db.measure.replay import Replay
+    from operator_db.measure.replay import CudaCallTimer, Replay
 
-    if (
-        not settings.replay
-        or model.mode != "inference"
-        or not model.calls
-        or device.torch_device().type != "cpu"
-    ):
+    where = device.torch_device().type
+    if not settings.replay or model.mode != "inference" or not model.calls:
+        return None
+    if where not in ("cpu", "cuda"):
         return None
     calls = [
         (positions[p], built[positions[p]])
         for p in model.calls
         if p in positions and positions[p] in built
     ]
-    return Replay(calls) if calls else None
+    if not calls:
+        return None
+    return Replay(calls, device_timer=CudaCallTimer() if where == "cuda" else None)
 
 
 def _prepare_model(
@@ -355,9 +357,9 @@ def _execute_interleaved(
         replay = _prepare_replay(model, positions, built, device, settings)
     targets.append(Target(_MODEL, model_run.run, min_time_s=settings.model_min_time_s))
     if model_run.hollow is not None:
-        targets.append(Target(_HOLLOW, model_run.hollow, energy=False))
+        targets.append(Target(_HOLLOW, model_run.hollow, energy=False, graph=False))
     if replay is not None:
-        targets.append(Target(_REPLAY, replay, energy=False))
+        targets.append(Target(_REPLAY, replay, energy=False, graph=False))
     with _grad_mode(model_mode):
         measured = measure_interleaved(targets, device, settings, idle_power=idle_power_w)
     results = {r.target: r for r in measured}
@@ -388,6 +390,9 @@ def _replay_column(replay: Replay, result: MeasureResult, ids: dict[str, int]) -
     figures = replay.figures()
     return {
         "per_call_s": {str(ids[key]): s for key, s in figures.per_call_s.items()},
+        "host_per_call_s": None
+        if figures.host_per_call_s is None
+        else {str(ids[key]): s for key, s in figures.host_per_call_s.items()},
         "time_s": result.eager.summary.median,
         "passes": figures.passes,
         "calls": figures.calls,

@@ -10,7 +10,7 @@ import torch
 
 from operator_db.devices import CpuDevice, EnergyWindow, Rapl
 from operator_db.devices.allotment import CpuAllotment, CpuQuota
-from operator_db.devices.cpu import read_cpu_model
+from operator_db.devices.host_cpu import read_cpu_model
 from operator_db.errors import DeviceError, PermissionDeniedError
 from tests.devices.clock import ManualClock
 

@@ -462,3 +462,36 @@ def test_calls_of_a_traced_leaf_come_in_the_order_they_ran() -> None:
     # Each traced Conv1D is a view, an addmm and a view, right after the layer norm it reads.
     first_norm = named.index("LayerNorm")
     assert named[first_norm + 1 : first_norm + 4] == ["view", "addmm", "view"]
+
+
+class _Synchronizing(torch.nn.Module):
+    """A Linear, a branch on the data (``if (y > 0).any():``), ``.item()``, another Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        if (y > 0).any():
+            y = y + 1
+        scale = float(y.sum().item())
+        return self.b(y) * (1.0 if scale else 2.0)
+
+
+def test_calls_that_make_the_host_wait_are_marked_in_the_order() -> None:
+    """``syncs`` holds the positions in ``calls`` before which the host waited for the device:
+    the branch on ``any()`` (``__bool__``) and ``.item()``; the model needs data (CPU)."""
+    result = harvest(_Synchronizing(), torch.randn(2, 8))
+    ops = result.spec.operators
+    named = [ops[i].op.rsplit(".", 1)[-1] for i in result.spec.calls or []]
+    assert named == ["Linear", "gt", "any", "add", "sum", "Linear", "mul"]
+    assert result.spec.syncs == [3, 5]  # before the add (after any), before b (after item)
+    assert result.device == "cpu"
+    assert result.spec.model.name == "synchronizing-b2"  # from the class name, made valid
+    # A model that never waits has no syncs.
+    plain = harvest(
+        "module:operator_db.examples:mlp?hidden=[64,64]", torch.empty(4, 784, device="meta")
+    )
+    assert plain.spec.syncs is None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 import torch
 
-from operator_db.measure.replay import Replay
+from operator_db.measure.replay import DEVICE_PASSES, Replay
 from operator_db.ops import build_op
 from operator_db.specs import OperatorSpec
 from tests.helpers import linear_op, relu_op
@@ -27,6 +28,7 @@ def test_each_call_is_timed_and_figures_are_per_call_medians() -> None:
             replay()
     figures = replay.figures()
     assert figures.per_call_s == pytest.approx({"lin": 1e-6, "relu": 1e-6})
+    assert figures.host_per_call_s is None  # a synchronous device: a call's time is its cost
     assert (figures.passes, figures.calls) == (3, 5)
     # Every call after the first reads the previous output (same shape); the second Linear is
     # a copy with its own weights (a ReLU has none to copy).
@@ -71,3 +73,43 @@ def test_figures_before_any_pass_are_an_error() -> None:
     relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
     with pytest.raises(ValueError, match="has not run"):
         Replay([("relu", relu)]).figures()
+
+
+class _ScriptedDevice:
+    """A fake asynchronous device: each call's device time is scripted, in call order."""
+
+    def __init__(self, per_call_s: list[float]) -> None:
+        self.per_call_s = per_call_s
+        self.marks = 0
+
+    def mark(self) -> object:
+        self.marks += 1
+        return self.marks
+
+    def spans_s(self, marks: Sequence[object]) -> list[float]:
+        assert len(marks) == len(self.per_call_s) + 1  # one before the first call, one after each
+        return list(self.per_call_s)
+
+
+def test_on_an_asynchronous_device_passes_alternate_host_issue_and_device_marks() -> None:
+    """A GPU's call returns once issued: every other pass marks the device between calls (its
+    time in context), the others time the host's issue of each call (the host stage in context).
+    Known costs in, the same costs out."""
+    linear = build_op(OperatorSpec.model_validate(linear_op(8, 8, batch=2)))
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    device = _ScriptedDevice([2e-3, 0.5e-3, 2e-3, 0.5e-3, 0.5e-3])
+    ticks = itertools.count(0, 3000)  # 3 µs to issue any call
+    replay = Replay(
+        [("lin", linear), ("relu", relu), ("lin", linear), ("relu", relu), ("relu", relu)],
+        device_timer=device,
+        clock=lambda: next(ticks),
+    )
+    with torch.no_grad():
+        for _ in range(2 * DEVICE_PASSES + 6):
+            replay()
+    figures = replay.figures()
+    assert figures.per_call_s == pytest.approx({"lin": 2e-3, "relu": 0.5e-3})
+    assert figures.host_per_call_s == pytest.approx({"lin": 3e-6, "relu": 3e-6})
+    assert figures.passes == DEVICE_PASSES  # then every pass times the host
+    assert device.marks == DEVICE_PASSES * 6
+    assert figures.chained == pytest.approx(4 / 5)  # marked passes chain as the others do

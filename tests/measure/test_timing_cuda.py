@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from operator_db.devices.fake import FakeDevice
-from operator_db.errors import MeasurementError
+from operator_db.errors import DeviceContextLostError, MeasurementError
 from operator_db.measure import engine, timing
+from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.measure.engine import measure
 from operator_db.measure.settings import fast_settings
 from operator_db.measure.timing import BlockTimer, graph_timing_unavailable, time_cuda_graph
@@ -137,15 +138,15 @@ def test_the_graph_is_replayed_once_untimed_then_timed_on_the_named_stream(
     assert all(entry != "record@None" for entry in log)
 
 
-def test_graph_timing_needs_a_torch_with_the_capture_fix(
-    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_graph_timing_needs_torch_2_4(cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timing, "_graphs_off", None)
     assert graph_timing_unavailable("2.13.0+cu128") is None
-    assert graph_timing_unavailable("2.14.1") is None
-    old = graph_timing_unavailable("2.12.1+cu126")
-    assert old is not None and "needs torch >= 2.13" in old
-    monkeypatch.setattr(torch, "__version__", "2.12.1+cu126")
-    with pytest.raises(MeasurementError, match="needs torch >= 2.13"):
+    assert graph_timing_unavailable("2.11.0+cu130") is None  # what the GPU hosts have
+    assert graph_timing_unavailable("2.4.0") is None
+    old = graph_timing_unavailable("2.3.1+cu121")
+    assert old is not None and "older than 2.4" in old
+    monkeypatch.setattr(torch, "__version__", "2.3.1+cu121")
+    with pytest.raises(MeasurementError, match="older than 2.4"):
         time_cuda_graph(lambda: None, fast_settings(), 1e-6)
     device = CudaFake(update_period_s=0.001)
     result = measure(
@@ -155,8 +156,54 @@ def test_graph_timing_needs_a_torch_with_the_capture_fix(
         clock=cuda.clock,
     )
     assert "graph_unavailable" in result.flags
-    assert "needs torch >= 2.13" in result.provenance["graph_unavailable"]
+    assert "older than 2.4" in result.provenance["graph_unavailable"]
     assert [t.method for t in result.timings] == ["eager"]
+
+
+def _failing(cuda: FakeCuda) -> Any:
+    def run() -> None:
+        if cuda.current == "capture":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        cuda.call(1e-6, 10e-6)
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("version", "off_after"), [("2.11.0+cu130", True), ("2.13.0+cu130", False)]
+)
+def test_a_failed_capture_on_an_old_torch_turns_graphs_off_for_the_process(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch, version: str, off_after: bool
+) -> None:
+    """torch < 2.13 may keep a failed capture's state in its allocator: after the first failed
+    capture, graph timing is off for the rest of the process (eager goes on); 2.13 is clean."""
+    monkeypatch.setattr(timing, "_graphs_off", None)
+    monkeypatch.setattr(torch, "__version__", version)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: None)
+    with pytest.raises(MeasurementError, match="CUDA graph capture failed: RuntimeError"):
+        time_cuda_graph(_failing(cuda), fast_settings(), 10e-6)
+    off = graph_timing_unavailable()
+    assert (off is not None) == off_after
+    if off_after:
+        assert off is not None and "after a failed capture" in off and version in off
+        with pytest.raises(MeasurementError, match="off for this process"):
+            time_cuda_graph(lambda: cuda.call(1e-6, 10e-6), fast_settings(), 10e-6)
+    else:  # the next op is captured as usual
+        assert time_cuda_graph(lambda: cuda.call(1e-6, 10e-6), fast_settings(), 10e-6)
+
+
+def test_a_capture_left_under_way_loses_the_context(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the failed capture left the stream capturing, no CUDA work may follow: the worker
+    must restart (``DeviceContextLostError`` is sticky)."""
+    monkeypatch.setattr(timing, "_graphs_off", None)
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(DeviceContextLostError, match="left the stream capturing") as caught:
+        time_cuda_graph(_failing(cuda), fast_settings(), 10e-6)
+    assert is_sticky_cuda_error(caught.value)
 
 
 def test_the_gpu_timer_keeps_the_hosts_issue_time_apart(cuda: FakeCuda) -> None:

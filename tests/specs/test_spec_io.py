@@ -301,3 +301,23 @@ def test_a_version_2_spec_without_calls_keeps_its_content_hash() -> None:
     loaded_old, loaded_new = parse_spec(old, "old.yaml"), parse_spec(data, "new.yaml")
     assert loaded_old.spec.calls is None
     assert loaded_old.content_hash == loaded_new.content_hash
+
+
+def test_syncs_are_increasing_positions_in_the_calls(tmp_path: Path) -> None:
+    data = spec_dict()
+    counts = [op.get("count", 1) for op in data["operators"]]
+    order = [i for i, n in enumerate(counts) for _ in range(n)]
+    ok = parse_spec({**data, "calls": order, "syncs": [1, len(order)]}, "ok.yaml")
+    assert ok.spec.syncs == [1, len(order)]
+    assert ok.content_hash != parse_spec({**data, "calls": order}, "ok.yaml").content_hash
+    path = tmp_path / "synced.yaml"
+    write_spec(ok.spec, path)
+    assert load_spec(path, max_bytes=10**6).spec.syncs == [1, len(order)]
+    assert error_of(tmp_path, {**data, "syncs": [0]}).endswith(
+        "syncs are positions in calls, and there are no calls"
+    )
+    assert error_of(tmp_path, {**data, "calls": order, "syncs": [2, 1]}).endswith(
+        f"syncs[1] is 1: syncs are increasing positions from 0 to {len(order)} (the number of "
+        "calls)"
+    )
+    assert "syncs[0] is" in error_of(tmp_path, {**data, "calls": order, "syncs": [len(order) + 1]})

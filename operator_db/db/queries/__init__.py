@@ -24,6 +24,7 @@ from operator_db.db.queries.devices import (
     get_device_kind,
     get_or_create_device_kind,
     get_or_create_host,
+    host_cpu_label,
     kinds_measuring_model,
     list_hosts,
     sole_device_kind,
@@ -67,6 +68,7 @@ from operator_db.db.queries.tables import TABLES, row_counts
 
 __all__ = [
     "sole_device_kind",
+    "host_cpu_label",
     "configs_by_ids",
     "add_predictors",
     "latest_predictors",

@@ -159,3 +159,23 @@ def list_hosts(session: Session, *, kind_id: int | None = None) -> list[Host]:
     if kind_id is not None:
         query = query.where(Host.device_kind_id == kind_id)
     return list(session.scalars(query))
+
+
+def host_cpu_label(session: Session, host_id: int | None) -> str | None:
+    """Return one line naming a host's CPU (``Intel Xeon ..., 2 cores, 3500 MHz``), or None.
+
+    Read from what the worker stored of the device's provenance (``host_cpu``: model, cores the
+    process may use, clock); None for an unknown host or one registered before it was stored.
+    """
+    host = session.get(Host, host_id) if host_id is not None else None
+    info = (host.info or {}).get("host_cpu") if host is not None else None
+    if not isinstance(info, dict) or not info.get("model"):
+        return None
+    parts = [str(info["model"])]
+    cores = info.get("usable_cores")
+    if isinstance(cores, int | float):
+        parts.append(f"{cores:g} cores")
+    mhz = info.get("max_mhz")
+    if isinstance(mhz, int | float):
+        parts.append(f"{mhz:.0f} MHz")
+    return ", ".join(parts)

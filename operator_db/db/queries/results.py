@@ -45,10 +45,15 @@ class Figure:
     """GPU: the host's per-call issue time, s (None where not recorded)."""
     hollow_host_time_s: float | None = None
     """Whole models on a GPU: the host's time to issue the hollow run, s."""
+    host_id: int | None = None
+    """The host of the result chosen (the newest); None for a median or an unknown host."""
     replay_per_call_s: dict[int, float] | None = None
-    """Whole models on a CPU: per configuration id, its time per call in a replay of the model's
-    call order, s (``FullModelRun.replay``; the median over results with ``aggregate="median"``);
-    None where no replay ran."""
+    """Whole models: per configuration id, its time per call in a replay of the model's call
+    order, s (``FullModelRun.replay``; on a GPU the device's time; the median over results with
+    ``aggregate="median"``); None where no replay ran."""
+    replay_host_per_call_s: dict[int, float] | None = None
+    """Whole models on a GPU: per configuration id, the host's time to issue one call in the
+    replay, s; None elsewhere."""
 
 
 FigureKey = tuple[int, int, str]
@@ -61,16 +66,20 @@ def _median_or_none(values: list[float | None]) -> float | None:
     return statistics.median(v for v in values if v is not None)
 
 
-def _replay_figures(replay: Any) -> dict[int, float] | None:
-    """Return a stored replay's per-call times by configuration id (None without one)."""
-    if not isinstance(replay, dict) or not isinstance(replay.get("per_call_s"), dict):
+def _replay_figures(replay: Any, field: str = "per_call_s") -> dict[int, float] | None:
+    """Return a stored replay's per-call times by configuration id (None without them).
+
+    ``field``: ``per_call_s`` (the time; on a GPU the device's) or ``host_per_call_s`` (a GPU's
+    issue time).
+    """
+    if not isinstance(replay, dict) or not isinstance(replay.get(field), dict):
         return None
-    return {int(k): float(v) for k, v in replay["per_call_s"].items()}
+    return {int(k): float(v) for k, v in replay[field].items()}
 
 
-def _median_replay(replays: list[Any]) -> dict[int, float] | None:
+def _median_replay(replays: list[Any], field: str = "per_call_s") -> dict[int, float] | None:
     """Return the median per configuration over the results that have a replay."""
-    found = [r for r in (_replay_figures(x) for x in replays) if r is not None]
+    found = [r for r in (_replay_figures(x, field) for x in replays) if r is not None]
     if not found:
         return None
     ids = {i for r in found for i in r}
@@ -99,6 +108,8 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
                 hollow_host_time_s=newest.hollow_host_time_s,
                 host_time_per_call_s=newest.host_time_per_call_s,
                 replay_per_call_s=_replay_figures(newest.replay),
+                replay_host_per_call_s=_replay_figures(newest.replay, "host_per_call_s"),
+                host_id=newest.host_id,
             )
             continue
         out[key] = Figure(
@@ -113,6 +124,7 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
             hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in results]),
             host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in results]),
             replay_per_call_s=_median_replay([r.replay for r in results]),
+            replay_host_per_call_s=_median_replay([r.replay for r in results], "host_per_call_s"),
         )
     return out
 
@@ -190,6 +202,7 @@ def _figure_query(
         table.energy_per_call_j,
         table.dynamic_energy_per_call_j,
         table.host_time_per_call_s,
+        table.host_id,
         table.flags,
         *model_only,
     )
