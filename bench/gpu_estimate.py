@@ -117,6 +117,9 @@ def _figures(est: Estimate) -> dict[str, Any]:
         "unmeasured": len(est.unmeasured),
         "opaque": est.opaque,
         "notes": list(est.notes),
+        "pipeline": None if est.pipeline is None else est.pipeline.as_dict(),
+        "context": est.context,
+        "host_cpu": est.host_cpu,
     }
 
 
@@ -155,8 +158,24 @@ def _run_case(
     row["job_errors"] = stats.errors[:5]
     with store.transaction(read_only=True) as session:
         row.update(_figures(estimate_model(session, case.name, kind)))
-        # The device stage with CUDA-graph times where measured (fast ops without launch gaps).
-        row["operators_graph_s"] = estimate_model(session, case.name, kind, timing="graph").time_s
+        # The method before the replay and the pipeline: operators looped alone, and on a GPU
+        # the longer of the two stages.
+        alone = estimate_model(session, case.name, kind, context="alone")
+        old = alone.total_time_s
+        if not alone.adds_between and alone.host_time_s is not None:
+            old = max(alone.time_s, alone.host_time_s)
+        row["max_estimate_s"] = old
+        measured = alone.full_run_time_s
+        row["max_error"] = (old - measured) / measured if measured else None
+        # Graph mode: the device stage with CUDA-graph times where measured, against the model
+        # captured whole as one graph.
+        graph = estimate_model(session, case.name, kind, timing="graph")
+        row["operators_graph_s"] = graph.time_s
+        row["graph_estimate_s"] = graph.total_time_s
+        row["graph_measured_s"] = graph.full_run_time_s if graph.full_run_time_s else None
+        row["graph_error"] = graph.time_error
+        if graph.full_run_time_s == alone.full_run_time_s:  # no graph-mode run: eager's
+            row["graph_measured_s"] = row["graph_error"] = None
     return row
 
 

@@ -130,23 +130,30 @@ def _estimate(est: dict[str, Any]) -> list[str]:
         "",
         "*Operators* is the device stage (Σ count × per-call time); *host* the host stage (the "
         "hollow run's issue time + the modules' issue times; GPU only); the *estimate* is "
-        "`total_time_s` (on a GPU the longer stage, `bound by`; on the CPU or the fake device "
-        "operators + time between them).",
+        "`total_time_s`: on a GPU the two stages simulated over the calls in order (the "
+        "pipeline), with each call's host and device times from the replay of the model's calls "
+        "where it ran; on the CPU or the fake device operators + time between them. *Before* is "
+        "the method before the replay: operators looped alone (on a GPU the longer stage). "
+        "*Graph* is `--timing graph` against the model captured whole as one CUDA graph.",
         "",
         "| case | configs | operators (ms) | host (ms) | estimate (ms) | bound by | measured (ms) "
-        "| error | coverage | wall (s) |",
-        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+        "| error | error before | graph est. (ms) | graph run (ms) | graph error | coverage "
+        "| wall (s) |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: |",
     ]
     notes = []
     for c in est["cases"]:
         if c["status"] not in ("done", "failed"):
-            lines.append(f"| {c['name']} | {c['status']}: {c.get('reason', '')} |" + " |" * 8)
+            lines.append(f"| {c['name']} | {c['status']}: {c.get('reason', '')} |" + " |" * 12)
             continue
         cov = c.get("coverage")
         lines.append(
             f"| {c['name']} | {c.get('configurations', '-')} | {ms(c.get('operators_s'))} | "
             f"{ms(c.get('host_s'))} | {ms(c.get('estimate_s'))} | {c.get('bound_by') or '-'} | "
-            f"{ms(c.get('measured_s'))} | {pct(c.get('error'))} | "
+            f"{ms(c.get('measured_s'))} | {pct(c.get('error'))} | {pct(c.get('max_error'))} | "
+            f"{ms(c.get('graph_estimate_s'))} | {ms(c.get('graph_measured_s'))} | "
+            f"{pct(c.get('graph_error'))} | "
             f"{'-' if cov is None else f'{cov:.0%}'} | {c.get('wall_s', 0):.1f} |"
         )
         if c.get("reason"):
@@ -158,6 +165,9 @@ def _estimate(est: dict[str, Any]) -> list[str]:
         f"{est['aim']:.0%}): {est['status']}"
         f"{' (dry run: would ' + est['verdict'] + ')' if est['status'] == 'info' else ''}.",
     ]
+    hosts = sorted({c["host_cpu"] for c in est["cases"] if c.get("host_cpu")})
+    if hosts:
+        lines += ["", f"Host stages measured on: {'; '.join(hosts)}."]
     return lines + (["", *notes] if notes else [])
 
 

@@ -71,6 +71,12 @@ class MeasureSettings(BaseModel):
         default=50e-6, ge=0, description="Also time as a CUDA graph when a call is faster, in s."
     )
     graph_unroll: int = Field(default=20, ge=1, description="Calls captured per CUDA graph.")
+    model_graph: bool = Field(
+        default=True,
+        description="On a GPU, also time a whole model's forward (inference) captured as one "
+        "CUDA graph, whatever its time: the graph-mode run that `--timing graph` estimates are "
+        "compared with, as serving stacks run batch 1.",
+    )
     energy: bool = Field(default=True, description="Measure energy where the device can.")
     energy_window_s: float = Field(
         default=5.0, ge=0, description="Each energy window lasts at least this long, in s (§1)."

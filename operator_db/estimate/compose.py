@@ -433,9 +433,16 @@ def estimate_model(
     hollow_host = run.hollow_host_time_s if run is not None else None
     between = between_ops(run.hollow_time_s if run is not None else None, records)
     adds_between = kind.type != "gpu"
-    host = None if adds_between else host_stage(hollow_host, records)
+    graph_mode = timing == "graph" and not adds_between  # one launch: no host stage
+    host = None if adds_between or graph_mode else host_stage(hollow_host, records)
     pipe = None if host is None else model_pipeline(records, model.calls, model.syncs, hollow_host)
-    notes += gpu_notes(adds_between, between, host, total_time, pipe)
+    notes += gpu_notes(adds_between or graph_mode, between, host, total_time, pipe)
+    if graph_mode:
+        notes.append(
+            "graph mode: the model as one CUDA graph, whose launch is the host's only work: the "
+            "device stage (CUDA-graph times where measured) is the estimate, compared with the "
+            "model's graph-mode run where there is one"
+        )
     host_cpu = None if host is None or run is None else queries.host_cpu_label(session, run.host_id)
     if host_cpu is not None:
         notes.append(f"host stage measured on {host_cpu}")

@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -44,6 +44,9 @@ from operator_db.measure.timing import (
     timing_of,
     warm_up_for,
 )
+
+GraphChoice = Literal["auto", "always", "never"]
+"""When a target is timed as a CUDA graph too (see :class:`Target`)."""
 
 
 @dataclass(frozen=True)
@@ -158,12 +161,14 @@ def measure(
     idle_power: float | None = None,
     min_time_s: float = 0.0,
     nvtx_range: str | None = None,
+    graph: GraphChoice = "auto",
     clock: Clock = time.perf_counter_ns,
     sleep: Sleep = time.sleep,
 ) -> MeasureResult:
     """Measure ``run`` (one call, reused inputs) on ``device``.
 
-    ``min_time_s`` stretches the timing to at least that many seconds (whole models). With
+    ``min_time_s`` stretches the timing to at least that many seconds (whole models); ``graph``
+    says when it is timed as a CUDA graph too (see :class:`Target`). With
     ``settings.nvtx``, one call after the warm-up runs inside the NVTX range ``nvtx_range``
     (:func:`~operator_db.measure.nvtx.nvtx_probe`), outside every timed block.
 
@@ -177,14 +182,14 @@ def measure(
     if settings.nvtx and nvtx_range is not None:
         nvtx_probe(run, nvtx_range, device)
     eager = time_blocks(run, timer, settings, per_call, min_time_s)
-    graph = _graph_timing(run, eager, timer, settings)
+    graph_timing = _graph_timing(run, eager, timer, settings, graph)
     reason = _energy_reason(device, settings)
     trials = []
     if reason is None:
         trials = energy_trials(
             run, device, settings, eager.summary.median, sleep=sleep, rng=rng, clock=clock
         )
-    return _result(eager, graph, trials, reason, device, settings, idle_power)
+    return _result(eager, graph_timing, trials, reason, device, settings, idle_power)
 
 
 @dataclass(frozen=True)
@@ -201,9 +206,10 @@ class Target:
     nvtx_range: str | None = None
     """With ``settings.nvtx``: the NVTX range one call after its warm-up runs in (see
     :func:`measure`); None: no such call."""
-    graph: bool = True
-    """Time it as a CUDA graph too where it is fast enough (False: a hollow run or a replay,
-    whose Python and timers a graph would not replay)."""
+    graph: GraphChoice = "auto"
+    """CUDA-graph timing: ``auto`` where a call is fast enough, ``always`` (a whole model,
+    captured once as one graph), ``never`` (a hollow run or a replay, whose Python and timers a
+    graph would not replay)."""
 
 
 def measure_interleaved(
@@ -259,7 +265,7 @@ def measure_interleaved(
         flagged(timing_of("eager", calls[i], blocks[i]), settings) for i in range(len(targets))
     ]
     graphs = [
-        _graph_timing(t.run, e, timer, settings) if t.graph else None
+        _graph_timing(t.run, e, timer, settings, t.graph)
         for t, e in zip(targets, eagers, strict=True)
     ]
     trials = _interleaved_trials(targets, eagers, device, settings, rng, sleep, clock)
@@ -338,14 +344,25 @@ def _energy_reason(device: Device, settings: MeasureSettings) -> str | None:
 
 
 def _graph_timing(
-    run: Call, eager: Timing, timer: BlockTimer, settings: MeasureSettings
+    run: Call,
+    eager: Timing,
+    timer: BlockTimer,
+    settings: MeasureSettings,
+    graph: GraphChoice = "auto",
 ) -> Timing | str | None:
-    """Time a fast GPU op as a CUDA graph: its timing, the capture error's message, or None."""
+    """Time a GPU call as a CUDA graph: its timing, the capture error's message, or None.
+
+    ``auto``: a call faster than ``cuda_graph_below_s``, ``graph_unroll`` calls to a graph;
+    ``always``: any call, one to a graph (a whole model); ``never``: none.
+    """
     per_call = eager.summary.median
-    if not (timer.cuda and per_call < settings.cuda_graph_below_s) or timer.flush is not None:
+    if graph == "never" or not timer.cuda or timer.flush is not None:
         return None  # a graph replays its calls back to back: no flush between them
+    if graph == "auto" and per_call >= settings.cuda_graph_below_s:
+        return None
     try:
-        return time_cuda_graph(run, settings, per_call, timer.stream)
+        unroll = 1 if graph == "always" else None
+        return time_cuda_graph(run, settings, per_call, timer.stream, unroll=unroll)
     except MeasurementError as exc:
         return str(exc)
 

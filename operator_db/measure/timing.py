@@ -427,9 +427,14 @@ def _after_failed_capture(message: str) -> None:
 
 
 def time_cuda_graph(
-    run: Call, settings: MeasureSettings, per_call_s: float, stream: Any = None
+    run: Call,
+    settings: MeasureSettings,
+    per_call_s: float,
+    stream: Any = None,
+    *,
+    unroll: int | None = None,
 ) -> Timing:
-    """Time ``graph_unroll`` calls captured as one CUDA graph (launch gaps removed).
+    """Time ``unroll`` (default ``graph_unroll``) calls captured as one CUDA graph.
 
     The graph is captured on a side stream after three warm-up calls there, replayed once
     untimed and synchronised, then replayed in ``blocks`` blocks timed by events on ``stream``
@@ -444,6 +449,7 @@ def time_cuda_graph(
     if unavailable is not None:
         raise MeasurementError(unavailable)
     stream = stream if stream is not None else torch.cuda.current_stream()
+    calls = unroll if unroll is not None else settings.graph_unroll
     try:
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(stream)
@@ -453,7 +459,7 @@ def time_cuda_graph(
         stream.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(settings.graph_unroll):
+            for _ in range(calls):
                 run()
         graph.replay()  # once untimed: the first replay uploads the graph
         torch.cuda.synchronize()
@@ -461,7 +467,7 @@ def time_cuda_graph(
         message = f"CUDA graph capture failed: {first_line(exc)}"
         _after_failed_capture(message)
         raise MeasurementError(message) from None
-    replays = calls_for(settings.block_min_s, per_call_s * settings.graph_unroll, 1, 10_000)
+    replays = calls_for(settings.block_min_s, per_call_s * calls, 1, 10_000)
     blocks = []
     for _ in range(settings.blocks):
         start = _cuda_event()
@@ -472,7 +478,7 @@ def time_cuda_graph(
         end.record(stream)
         end.synchronize()
         blocks.append(float(start.elapsed_time(end)) / 1000)
-    return flagged(Timing("graph", replays * settings.graph_unroll, tuple(blocks)), settings)
+    return flagged(Timing("graph", replays * calls, tuple(blocks)), settings)
 
 
 def interleaved_calls(per_call_s: float, min_time_s: float, settings: MeasureSettings) -> int:

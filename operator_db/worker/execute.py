@@ -19,6 +19,7 @@ from operator_db.devices.base import Device
 from operator_db.errors import NotFoundError, OperatorDBError
 from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.measure.engine import (
+    GraphChoice,
     MeasureResult,
     Target,
     measure,
@@ -310,6 +311,7 @@ def execute_job(
             settings,
             idle_power=idle_power_w,
             min_time_s=settings.model_min_time_s,
+            graph=_model_graph(model_mode, settings),
         )
         hollow = None
         if prepared.hollow is not None and settings.hollow_run:
@@ -355,11 +357,18 @@ def _execute_interleaved(
                 )
             )
         replay = _prepare_replay(model, positions, built, device, settings)
-    targets.append(Target(_MODEL, model_run.run, min_time_s=settings.model_min_time_s))
+    targets.append(
+        Target(
+            _MODEL,
+            model_run.run,
+            min_time_s=settings.model_min_time_s,
+            graph=_model_graph(model_mode, settings),
+        )
+    )
     if model_run.hollow is not None:
-        targets.append(Target(_HOLLOW, model_run.hollow, energy=False, graph=False))
+        targets.append(Target(_HOLLOW, model_run.hollow, energy=False, graph="never"))
     if replay is not None:
-        targets.append(Target(_REPLAY, replay, energy=False, graph=False))
+        targets.append(Target(_REPLAY, replay, energy=False, graph="never"))
     with _grad_mode(model_mode):
         measured = measure_interleaved(targets, device, settings, idle_power=idle_power_w)
     results = {r.target: r for r in measured}
@@ -383,6 +392,11 @@ def _execute_interleaved(
                 row.replay = _replay_column(replay, results[_REPLAY], ids)
     rows.extend(model_rows)
     return rows
+
+
+def _model_graph(mode: str, settings: MeasureSettings) -> GraphChoice:
+    """Return when a whole model is timed as a CUDA graph: always (``settings.model_graph``)."""
+    return "always" if settings.model_graph and mode == "inference" else "auto"
 
 
 def _replay_column(replay: Replay, result: MeasureResult, ids: dict[str, int]) -> dict[str, Any]:

@@ -138,3 +138,22 @@ def test_a_gpu_replay_gives_the_host_and_device_times_in_context(store: Store) -
     assert est.pipeline is not None and est.pipeline.host_busy_s == pytest.approx(6.3e-3)
     assert est.total_time_s == pytest.approx(6.3e-3) and est.bound_by == "host"
     assert alone.total_time_s == pytest.approx(5.2e-3) and alone.bound_by == "device"
+
+
+def test_graph_mode_has_no_host_stage_and_compares_with_the_graph_run(store: Store) -> None:
+    """As one CUDA graph the model's host work is one launch: ``--timing graph`` is the device
+    stage, compared with the model's graph-mode run."""
+    _gpu_model(store, syncs=[2])
+    with store.transaction() as session:
+        kind_id = session.scalars(select(FullModelRun.device_kind_id)).one()
+        graph_run = FullModelRun(
+            model_id=session.scalars(select(Model.id)).one(),
+            device_kind_id=kind_id,
+            **result_row(timing="graph", time_median_s=5.3e-3),
+        )
+        session.add(graph_run)
+    with store.transaction() as session:
+        est = estimate_model(session, "seq", GPU, timing="graph")
+    assert est.host_time_s is None and est.pipeline is None and est.bound_by is None
+    assert est.total_time_s == pytest.approx(5.2e-3) and est.full_run_time_s == 5.3e-3
+    assert any(note.startswith("graph mode:") for note in est.notes)

@@ -222,3 +222,24 @@ def test_the_gpu_timer_keeps_the_hosts_issue_time_apart(cuda: FakeCuda) -> None:
     assert result.eager.host_per_call_s == pytest.approx(2e-6)
     assert result.raw()["timings"][0]["host_block_s"]
     assert engine.BlockTimer is BlockTimer
+
+
+def test_a_whole_model_is_captured_once_as_one_graph_whatever_its_time(cuda: FakeCuda) -> None:
+    """``graph="always"`` (a whole model): one call to a graph, however slow the call; ``auto``
+    leaves a slow call eager only; ``never`` any call."""
+    device = CudaFake(update_period_s=0.001)
+    settings = fast_settings(energy=False, graph_unroll=4)
+
+    def slow() -> None:
+        cuda.call(1e-6, 2e-3)  # 2 ms: far over cuda_graph_below_s
+
+    auto = measure(slow, device, settings, clock=cuda.clock)
+    assert [t.method for t in auto.timings] == ["eager"]
+    before = cuda.log.count("call@capture")
+    whole = measure(slow, device, settings, clock=cuda.clock, graph="always")
+    assert [t.method for t in whole.timings] == ["eager", "graph"]
+    assert cuda.log.count("call@capture") - before == 1  # captured once, not graph_unroll times
+    never = measure(
+        lambda: cuda.call(1e-6, 1e-6), device, settings, clock=cuda.clock, graph="never"
+    )
+    assert [t.method for t in never.timings] == ["eager"]
