@@ -19,6 +19,7 @@ from pydantic import JsonValue
 from torch import nn
 
 from operator_db.ops.encoding import EncodingError, decode_value, dtype_name, encode_value
+from operator_db.ops.late import is_late_default
 from operator_db.ops.resolve import module_name
 
 _SKIPPED = frozenset({"self", "device", "dtype"})
@@ -89,6 +90,8 @@ def constructor_args(module: nn.Module) -> Rebuildable | NotRebuildable:
         value = getattr(module, param.name)
         if isinstance(param.default, bool) and (value is None or isinstance(value, torch.Tensor)):
             value = value is not None  # bias=True became a Parameter, bias=False became None
+        if is_late_default(op, param.name, value):
+            continue  # one key whichever torch harvested (ops/late.py)
         args[param.name] = value
     try:
         encoded = {k: encode_value(v, _no_tensor) for k, v in args.items()}

@@ -32,6 +32,7 @@ from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 from operator_db.errors import OperatorDBError
 from operator_db.ops.build import first_line
 from operator_db.ops.encoding import EncodingError, decode_value
+from operator_db.ops.late import LateArgumentError, local_args
 from operator_db.ops.resolve import resolve_module
 
 MAX_INT_ARG = 2**31 - 1
@@ -195,6 +196,10 @@ def check_module_args(op: str, args: dict[str, JsonValue], *, max_numel: int) ->
         ArgumentError: one line naming the argument (where one is to blame) and the problem.
     """
     sig = _signature(op)
+    try:
+        args = local_args(op, args)
+    except LateArgumentError as exc:
+        raise ArgumentError(exc.name, exc.problem) from None
     for name, value in args.items():
         if name in _SET_BY_WORKER:
             raise ArgumentError(name, "is set by the worker, not the spec (use the op's dtype)")

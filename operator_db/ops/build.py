@@ -22,6 +22,7 @@ from operator_db.ops.encoding import (
     dtype_name,
     input_strides,
 )
+from operator_db.ops.late import local_args
 from operator_db.ops.resolve import UnknownOperatorError, resolve_function, resolve_module
 from operator_db.specs.schema import Mode, OperatorSpec, TensorSpec
 
@@ -225,7 +226,8 @@ def build_op(
     try:
         if op.form == "module":
             cls = resolve_module(op.op)
-            ctor = {k: decode_value(v, _no_tensor, dev) for k, v in op.args.items()}
+            ctor_args = local_args(op.op, dict(op.args))
+            ctor = {k: decode_value(v, _no_tensor, dev) for k, v in ctor_args.items()}
             with torch.device(dev):
                 module = cls(**ctor)
             target = dtype or (dtype_from_name(op.dtype) if op.dtype else None)

@@ -18,6 +18,7 @@ from operator_db.db.engine import safe_url
 from operator_db.errors import OperatorDBError
 from operator_db.report import hardware, sections
 from operator_db.report.document import Document, markdown_table
+from operator_db.report.estimates import estimate_table, estimates_section
 from operator_db.report.plots import plot_batch, plot_latency_scatter
 from operator_db.report.predictions import prediction_table, predictions_section
 from operator_db.roofline.counters import counters_study
@@ -117,6 +118,8 @@ def build_report(
     pairs = table[["model", "device_kind"]].drop_duplicates().itertuples(index=False)
     counters, counter_rows = counters_study(session, [(str(m), str(k)) for m, k in pairs])
     predicted = prediction_table(session, kinds, chosen)
+    pairs = table[["model", "device_kind"]].drop_duplicates().itertuples(index=False)
+    estimates = estimate_table(session, [(str(m), str(k)) for m, k in pairs])
     out_dir.mkdir(parents=True, exist_ok=True)
     # Only once the studies succeeded: a failed run leaves the folder as it was.
     for name in PLOT_FILES:
@@ -152,6 +155,7 @@ def build_report(
         )
     sections.runs_section(doc, runs)
     sections.model_section(doc, table)
+    estimates_section(doc, estimates)
     sections.complexity_table_section(doc, complexity, out_dir)
     sections.latency_section(doc, points, out_dir)
     sections.correlation_section(doc, corr, out_dir)

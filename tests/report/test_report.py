@@ -52,6 +52,10 @@ def test_markdown_report(store: Store, tmp_path: Path) -> None:
         "| 1.8 | 100 % | -10.0 % |"
     ) in text
     assert f"| mlp-b8 | {CPU} | inference | 8 | 4 | 2000 | — |" in text
+    # The estimates as `opdb estimate` composes them, against the same run (no replay stored:
+    # the operators looped alone, as the measured-models table has them).
+    estimates = text.split("## Estimates against the measured models\n\n", 1)[1]
+    assert f"| mlp-b4 | {CPU} | 1.8 | 2 | -10.0 % | -10.0 % | looped alone |" in estimates
     # The batch table: the gain of batch 8 over batch 1 on the CPU.
     assert f"| mlp | {CPU} | 8 | mlp-b8 | 4 | 0.5 | 2000 | 2.00 |" in text
     assert "- mlp: module:operator_db.examples:mlp · B×16\n" in text
@@ -105,6 +109,7 @@ def test_empty_database(store: Store, tmp_path: Path) -> None:
     for heading, why in [
         ("Run matrix", "No model or no device kind in the study: nothing is covered yet."),
         ("Measured models", "No model has a measured full-model run on the device kinds"),
+        ("Estimates against the measured models", "No model has a measured full-model run"),
         ("Complexity", "No model in the study: no complexity to show."),
         ("Latency against FLOPs and parameters", "No model has a measured full-model run"),
         ("Rank correlation", "- no model has a measured full-model run: nothing to correlate"),
@@ -147,6 +152,7 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
     assert headings == [
         "Run matrix",
         "Measured models",
+        "Estimates against the measured models",
         "Complexity",
         "Latency against FLOPs and parameters",
         "Rank correlation",

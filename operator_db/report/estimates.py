@@ -1,0 +1,102 @@
+"""The report's estimates section: each measured model composed as `opdb estimate` does it.
+
+The measured-models table (``study.analysis.model_table``) sums the operators looped alone; this
+section is the estimate itself: on a CPU the operators timed in the replay of the model's calls
+plus the time between them, on a GPU the two stages simulated over the calls in order, with the
+estimate the method before gave (operators looped alone) beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+from sqlalchemy.orm import Session
+
+from operator_db.estimate.compose import estimate_model
+from operator_db.report.document import (
+    Columns,
+    Document,
+    display,
+    integer,
+    num,
+    signed_percent,
+    text,
+)
+
+ESTIMATE_COLUMNS = [
+    "model",
+    "device_kind",
+    "total_time_s",
+    "full_run_time_s",
+    "time_error",
+    "alone_error",
+    "context",
+    "bound_by",
+    "host_busy_s",
+    "device_busy_s",
+    "syncs",
+    "host_cpu",
+]
+
+ESTIMATE_DISPLAY: Columns = [
+    ("model", "model", text),
+    ("device_kind", "device kind", text),
+    ("total_time_s", "estimate (ms)", num(1e3)),
+    ("full_run_time_s", "measured (ms)", num(1e3)),
+    ("time_error", "error", signed_percent),
+    ("alone_error", "looped alone", signed_percent),
+    ("context", "operators timed", text),
+    ("bound_by", "bound by", text),
+    ("host_busy_s", "host busy (ms)", num(1e3)),
+    ("device_busy_s", "device busy (ms)", num(1e3)),
+    ("syncs", "syncs", integer),
+    ("host_cpu", "host CPU", text),
+]
+
+
+def estimate_table(session: Session, pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
+    """Return one row per (model, device kind): the estimate, its error, and the one before.
+
+    ``context`` is ``replay`` where the operators were timed in the replay of the model's calls;
+    ``alone_error`` is the error of the operators looped alone. Times in s.
+    """
+    records: list[dict[str, Any]] = []
+    for model, kind in pairs:
+        est = estimate_model(session, model, kind)
+        alone = estimate_model(session, model, kind, context="alone")
+        pipe = est.pipeline
+        records.append(
+            {
+                "model": model,
+                "device_kind": kind,
+                "total_time_s": est.total_time_s,
+                "full_run_time_s": est.full_run_time_s,
+                "time_error": est.time_error,
+                "alone_error": alone.time_error,
+                "context": "in the replay" if est.context == "replay" else "looped alone",
+                "bound_by": est.bound_by or "",
+                "host_busy_s": None if pipe is None else pipe.host_busy_s,
+                "device_busy_s": None if pipe is None else pipe.device_busy_s,
+                "syncs": None if pipe is None else pipe.syncs,
+                "host_cpu": est.host_cpu or "",
+            }
+        )
+    return pd.DataFrame.from_records(records, columns=ESTIMATE_COLUMNS)
+
+
+def estimates_section(doc: Document, table: pd.DataFrame) -> None:
+    """Write the estimates of the measured models against their measured runs."""
+    doc.heading("Estimates against the measured models")
+    if table.empty:
+        doc.para("No model has a measured full-model run on these device kinds.")
+        return
+    doc.para(
+        "Each model as `opdb estimate` composes it: on a CPU its operators timed in the replay "
+        "of the model's calls in order (where its run had one) plus the time between them; on a "
+        "GPU the host and the device simulated over the calls in order (host and device busy "
+        "times, synchronizing calls, the CPU the host stage was measured on). *Looped alone* is "
+        "the error of the same model composed from its operators timed alone (docs/estimates.md)."
+    )
+    doc.table(display(table, ESTIMATE_DISPLAY))
