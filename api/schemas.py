@@ -126,6 +126,8 @@ class EstimateOut(BaseModel):
     """GPU, a spec with its call order: the two stages simulated over the calls in order."""
     host_cpu: str | None = None
     """GPU: the CPU of the host whose run gave the host stage."""
+    static_energy_j: float | None = None
+    """The static part of the total energy: idle power × the estimated time, J."""
     context: str = "alone"
     """``replay`` where some configurations' times come from a replay of the model's calls."""
     energy: str

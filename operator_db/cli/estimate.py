@@ -249,7 +249,7 @@ def estimate(
     if as_json:
         sys.stdout.write(json.dumps(est.as_dict(), indent=2, allow_nan=False) + "\n")
     elif as_csv:
-        from operator_db.estimate.compose import CONFIG_COLUMNS
+        from operator_db.estimate.rows import CONFIG_COLUMNS
 
         writer = csv.DictWriter(sys.stdout, fieldnames=CONFIG_COLUMNS, lineterminator="\n")
         writer.writeheader()

@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
-from operator_db.db.queries import Aggregate, Figure
+from operator_db.db.queries import Aggregate
+from operator_db.estimate.energy import energy_of, with_static_power
 from operator_db.estimate.pipeline import Pipeline, gpu_notes, host_stage, model_pipeline
 from operator_db.estimate.predicted import Predicted, predicted_fields
 from operator_db.estimate.rows import (
+    BY_OP_COLUMNS,
+    CONFIG_COLUMNS,
     between_ops,
     between_warnings,
     by_op,
@@ -47,32 +50,6 @@ model's call order where its newest run has one (``replay``), or those looped al
 BETWEEN_OPS_WARN = 0.10
 """Default share of the estimate above which the time between operators is a warning
 (``OPDB_ESTIMATE_BETWEEN_OPS_WARN``)."""
-
-CONFIG_COLUMNS = [
-    "key",
-    "op",
-    "form",
-    "inputs",
-    "count",
-    "flops",
-    "bytes",
-    "params",
-    "measured",
-    "source",
-    "timing",
-    "time_per_call_s",
-    "time_low_per_call_s",
-    "time_high_per_call_s",
-    "time_s",
-    "host_time_per_call_s",
-    "energy_per_call_j",
-    "energy_j",
-    "roofline_time_per_call_s",
-    "roofline_time_s",
-    "time_share",
-    "flags",
-]
-BY_OP_COLUMNS = ["op", "configs", "calls", "time_s", "energy_j", "flops", "time_share"]
 
 
 @dataclass
@@ -135,6 +112,10 @@ class Estimate:
     configuration at its interval's end), in s; None without predictions."""
     predictor: dict[str, Any] | None = None
     """The predictor used (version, training data, level), None without predictions."""
+    static_energy_j: float | None = None
+    """The static part of ``energy_j`` (total energy): the device's idle power × the estimated
+    time of the model, in J (host-bound stretches included); None where it is Σ count × total
+    energy per call (no idle power known, or dynamic energy asked)."""
     host_cpu: str | None = None
     """GPU: the CPU of the host whose model run gave the host stage (``hosts.info``); the same
     GPU's host stage moves with the host's CPU. None where unknown or on a CPU."""
@@ -271,6 +252,7 @@ class Estimate:
             "host_cpu": self.host_cpu,
             "total_time_s": self.total_time_s,
             "energy_j": self.energy_j,
+            "static_energy_j": self.static_energy_j,
             "coverage": self.coverage,
             "coverage_roofline": self.coverage_roofline,
             "unmeasured": len(self.unmeasured),
@@ -293,12 +275,6 @@ class Estimate:
             "warnings": self.warnings,
             "notes": self.notes,
         }
-
-
-def _energy_of(m: Figure | None, energy: EnergyChoice) -> float | None:
-    if m is None:
-        return None
-    return m.dynamic_energy_per_call_j if energy == "dynamic" else m.energy_per_call_j
 
 
 def estimate_model(
@@ -356,6 +332,7 @@ def estimate_model(
     replayed = (run.replay_per_call_s if run is not None and in_context else None) or {}
     replayed_host = (run.replay_host_per_call_s if run is not None and in_context else None) or {}
     records: list[dict[str, Any]] = []
+    dynamic: list[float | None] = []
     for cfg in links:
         m = measured.get((cfg.id, kind.id, "eager"))
         graph = measured.get((cfg.id, kind.id, "graph")) if timing == "graph" else None
@@ -364,7 +341,13 @@ def estimate_model(
         time_per_call = chosen.time_median_s if chosen is not None else None
         if m is not None and cfg.id in replayed:
             used, time_per_call = "replay", replayed[cfg.id]
-        energy_per_call = _energy_of(m, energy)
+        energy_per_call = energy_of(m, energy)
+        if m is not None:
+            dynamic.append(
+                None
+                if m.dynamic_energy_per_call_j is None
+                else cfg.count * m.dynamic_energy_per_call_j
+            )
         roof = None
         if peaks is not None and (cfg.form != "opaque" or None not in (cfg.flops, cfg.bytes)):
             roof = peaks.bound_s(cfg.flops, cfg.bytes)  # opaque: its cost counted live
@@ -468,7 +451,7 @@ def estimate_model(
         unmeasured=unmeasured,
         opaque=opaque,
         full_run_time_s=run.time_median_s if run else None,
-        full_run_energy_j=_energy_of(run, energy),
+        full_run_energy_j=energy_of(run, energy),
         peaks=peaks,
         notes=notes,
         between_ops_s=between,
@@ -479,6 +462,18 @@ def estimate_model(
         cache_mode=cache_mode,
         warnings=warnings,
     )
+    if energy == "total" and energy_total is not None and not predicted:
+        idle_w = run.idle_power_w if run is not None else None
+        total, static = with_static_power(
+            energy_total, sum_if_all_known(dynamic), idle_w, est.total_time_s
+        )
+        est = replace(est, energy_j=total, static_energy_j=static)
+        if static is not None:
+            est.notes.append(
+                f"energy: operators' dynamic energy {(total or 0) - static:.4g} J + static "
+                f"{static:.4g} J (idle power {idle_w:.4g} W × the estimated "
+                f"{est.total_time_s * 1e3:.3f} ms)"
+            )
     if predicted is None:
         return est
     return replace(

@@ -6,6 +6,32 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+CONFIG_COLUMNS = [
+    "key",
+    "op",
+    "form",
+    "inputs",
+    "count",
+    "flops",
+    "bytes",
+    "params",
+    "measured",
+    "source",
+    "timing",
+    "time_per_call_s",
+    "time_low_per_call_s",
+    "time_high_per_call_s",
+    "time_s",
+    "host_time_per_call_s",
+    "energy_per_call_j",
+    "energy_j",
+    "roofline_time_per_call_s",
+    "roofline_time_s",
+    "time_share",
+    "flags",
+]
+BY_OP_COLUMNS = ["op", "configs", "calls", "time_s", "energy_j", "flops", "time_share"]
+
 
 def between_warnings(between_s: float, operators_s: float, limit: float) -> list[str]:
     """Warn when the time between operators, added to them, is over ``limit`` of the total."""

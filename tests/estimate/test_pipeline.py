@@ -157,3 +157,32 @@ def test_graph_mode_has_no_host_stage_and_compares_with_the_graph_run(store: Sto
     assert est.host_time_s is None and est.pipeline is None and est.bound_by is None
     assert est.total_time_s == pytest.approx(5.2e-3) and est.full_run_time_s == 5.3e-3
     assert any(note.startswith("graph mode:") for note in est.notes)
+
+
+def test_a_host_bound_model_draws_idle_power_while_the_device_waits(store: Store) -> None:
+    """Each operator's back-to-back loop holds its dynamic energy and the idle power over its
+    own time only; a host-bound model keeps the device idle longer. The total composes as the
+    operators' dynamic energy + idle power × the estimated time, and says which part is static."""
+    _gpu_model(store, syncs=None)
+    with store.transaction() as session:
+        # Host-bound: 1.1 ms of issue per call, 0.1 ms of device time for each small Linear.
+        for row in session.scalars(select(Measurement)):
+            row.time_median_s = 0.1e-3
+            row.idle_power_w = 100.0
+            row.dynamic_energy_per_call_j = 0.02  # 200 W over 0.1 ms on top of idle
+            row.energy_per_call_j = 0.02 + 100.0 * 0.1e-3
+        run = session.scalars(select(FullModelRun)).one()
+        run.idle_power_w = 100.0
+        run.energy_per_call_j = 0.06 + 100.0 * 3.3e-3  # what the device drew over the pass
+    with store.transaction() as session:
+        est = estimate_model(session, "seq", GPU)
+        dynamic = estimate_model(session, "seq", GPU, energy="dynamic")
+    assert est.bound_by == "host" and est.total_time_s == pytest.approx(3.3e-3)
+    assert est.static_energy_j == pytest.approx(100.0 * 3.3e-3)
+    assert est.energy_j == pytest.approx(0.06 + 0.33)
+    assert est.energy_error == pytest.approx(0.0, abs=1e-9)
+    # Σ count × total energy per call: the idle power over 0.3 ms of kernels only (−77 % here).
+    old = 3 * (0.02 + 100.0 * 0.1e-3)
+    assert old < est.energy_j and est.summary()["static_energy_j"] == est.static_energy_j
+    assert any(n.startswith("energy: operators' dynamic energy 0.06 J + static") for n in est.notes)
+    assert dynamic.static_energy_j is None and dynamic.energy_j == pytest.approx(0.06)

@@ -47,6 +47,8 @@ class Figure:
     """Whole models on a GPU: the host's time to issue the hollow run, s."""
     host_id: int | None = None
     """The host of the result chosen (the newest); None for a median or an unknown host."""
+    idle_power_w: float | None = None
+    """The device's idle power when the result was measured, W (the median with ``median``)."""
     replay_per_call_s: dict[int, float] | None = None
     """Whole models: per configuration id, its time per call in a replay of the model's call
     order, s (``FullModelRun.replay``; on a GPU the device's time; the median over results with
@@ -110,6 +112,7 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
                 replay_per_call_s=_replay_figures(newest.replay),
                 replay_host_per_call_s=_replay_figures(newest.replay, "host_per_call_s"),
                 host_id=newest.host_id,
+                idle_power_w=newest.idle_power_w,
             )
             continue
         out[key] = Figure(
@@ -123,6 +126,7 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
             hollow_time_s=_median_or_none([r.hollow_time_s for r in results]),
             hollow_host_time_s=_median_or_none([r.hollow_host_time_s for r in results]),
             host_time_per_call_s=_median_or_none([r.host_time_per_call_s for r in results]),
+            idle_power_w=_median_or_none([r.idle_power_w for r in results]),
             replay_per_call_s=_median_replay([r.replay for r in results]),
             replay_host_per_call_s=_median_replay([r.replay for r in results], "host_per_call_s"),
         )
@@ -203,6 +207,7 @@ def _figure_query(
         table.dynamic_energy_per_call_j,
         table.host_time_per_call_s,
         table.host_id,
+        table.idle_power_w,
         table.flags,
         *model_only,
     )
