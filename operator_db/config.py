@@ -112,7 +112,20 @@ class MeasureSettings(BaseModel):
     idle_every_s: float = Field(
         default=600.0, gt=0, description="Re-measure the idle baseline this often, in s."
     )
-    cooldown_s: float = Field(default=5.0, ge=0, description="Pause between jobs, in s.")
+    cooldown_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Longest pause between jobs that measure energy, in s (`fixed`: always it).",
+    )
+    cooldown: Literal["adaptive", "fixed"] = Field(
+        default="adaptive",
+        description="adaptive: pause only while the device is warmer than at its idle baseline "
+        "(by more than cooldown_margin_c) or its clocks are held down, up to cooldown_s; fixed: "
+        "always cooldown_s (where the temperature cannot be read, adaptive does that too).",
+    )
+    cooldown_margin_c: float = Field(
+        default=2.0, ge=0, description="Degrees above the idle baseline that need a cooldown."
+    )
     disagreement_limit: float = Field(
         default=0.05,
         description="Flag when counter and integrated energy differ by more (relative).",

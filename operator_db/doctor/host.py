@@ -59,7 +59,7 @@ def settings_check(settings: Settings, device: str) -> Check:
         f"energy windows ≥ {m.energy_window_s:g} s (≥ {m.energy_window_min_calls} calls, "
         f"≥ {m.energy_window_min_periods} counter periods) × {m.trials} trials, warm-up "
         f"{m.energy_warmup_s:g} s, idle baseline {m.idle_window_s:g} s every {m.idle_every_s:g} s, "
-        f"cooldown {m.cooldown_s:g} s"
+        f"cooldown {m.cooldown} ≤ {m.cooldown_s:g} s"
         if m.energy
         else "energy off"
     )

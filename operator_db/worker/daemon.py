@@ -48,6 +48,9 @@ EventKind = Literal[
     "context_lost",
 ]
 
+COOLDOWN_STEP_S = 0.25
+"""How often an adaptive cooldown reads the device's temperature, s."""
+
 
 @dataclass(frozen=True)
 class WorkerEvent:
@@ -152,6 +155,9 @@ class Worker:
         self.kind_id: int | None = None
         self.host_id: int | None = None
         self._idle_power: float | None = None
+        self._idle_temperature: float | None = None
+        self.cooled_s = 0.0
+        """Seconds spent cooling down between jobs so far."""
         self._idle_measured_at = -float("inf")
         self._measures_energy = False
         self.allocator = "unchanged"
@@ -198,6 +204,7 @@ class Worker:
             return
         self._idle_measured_at = now
         self._idle_power = idle_power_w(self.device, self.settings.idle_window_s)
+        self._idle_temperature = self.device.telemetry().temperature_c
         if self._idle_power is not None:
             with self.store.transaction() as session:
                 host = session.get(Host, self.host_id)
@@ -270,10 +277,40 @@ class Worker:
             # The cooldown lets a GPU shed the heat of the last job (METHODOLOGY §1); without an
             # energy reading there is no thermal drift of energy to guard against.
             if self.settings.cooldown_s and self._measures_energy and not self.stop_event.is_set():
-                self._sleep(self.settings.cooldown_s)
+                self._cool_down()
         if self.context_lost is not None:
             raise self._lost_error()
         return stats
+
+    def _cool_down(self) -> None:
+        """Pause after a job that measured energy, until the device is as cool as at idle.
+
+        ``fixed``, or where the temperature cannot be read: ``cooldown_s``. ``adaptive``: while
+        the device is warmer than its idle baseline by more than ``cooldown_margin_c`` or its
+        clocks are held down (thermal or power brake), checking every quarter second, for at
+        most ``cooldown_s``; not at all when it is cool already.
+        """
+        limit = self.settings.cooldown_s
+        baseline = self._idle_temperature
+        if self.settings.cooldown == "fixed" or baseline is None:
+            self._sleep(limit)
+            return
+        waited = 0.0
+        while waited < limit and not self.stop_event.is_set():
+            now = self.device.telemetry()
+            if now.temperature_c is None:
+                self._sleep(limit - waited)
+                waited = limit
+                break
+            if (
+                now.temperature_c <= baseline + self.settings.cooldown_margin_c
+                and not now.throttled
+            ):
+                break
+            step = min(COOLDOWN_STEP_S, limit - waited)
+            self._sleep(step)
+            waited += step
+        self.cooled_s += waited
 
     def _lost_error(self) -> DeviceContextLostError:
         return DeviceContextLostError(
