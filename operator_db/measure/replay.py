@@ -51,6 +51,9 @@ class CallTimer(Protocol):
     def spans_s(self, marks: Sequence[object]) -> list[float]:
         """Return the device time between consecutive marks, in s (waits for the last one)."""
 
+    def synchronize(self) -> None:
+        """Wait until the device has done the work issued so far."""
+
 
 class CudaCallTimer:
     """:class:`CallTimer` over CUDA events on a stream (the current one by default)."""
@@ -70,6 +73,10 @@ class CudaCallTimer:
         if events:
             events[-1].synchronize()
         return [a.elapsed_time(b) / 1000 for a, b in itertools.pairwise(events)]
+
+    def synchronize(self) -> None:
+        """Wait for the stream (the current one by default)."""
+        (self._stream or torch.cuda.current_stream()).synchronize()
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,10 @@ class Replay:
         )
         clock = self._clock
         spent = [0] * len(self._keys)
+        if timer is not None and not marking:
+            # An empty queue: a device-bound pass would otherwise block the host once the launch
+            # queue fills, and that wait is not the host's issue time.
+            timer.synchronize()
         marks = [timer.mark()] if timer is not None and marking else []
         last: torch.Tensor | None = None
         out: Any = None

@@ -81,6 +81,7 @@ class _ScriptedDevice:
     def __init__(self, per_call_s: list[float]) -> None:
         self.per_call_s = per_call_s
         self.marks = 0
+        self.syncs = 0
 
     def mark(self) -> object:
         self.marks += 1
@@ -89,6 +90,9 @@ class _ScriptedDevice:
     def spans_s(self, marks: Sequence[object]) -> list[float]:
         assert len(marks) == len(self.per_call_s) + 1  # one before the first call, one after each
         return list(self.per_call_s)
+
+    def synchronize(self) -> None:
+        self.syncs += 1
 
 
 def test_on_an_asynchronous_device_passes_alternate_host_issue_and_device_marks() -> None:
@@ -112,4 +116,5 @@ def test_on_an_asynchronous_device_passes_alternate_host_issue_and_device_marks(
     assert figures.host_per_call_s == pytest.approx({"lin": 3e-6, "relu": 3e-6})
     assert figures.passes == DEVICE_PASSES  # then every pass times the host
     assert device.marks == DEVICE_PASSES * 6
+    assert device.syncs == DEVICE_PASSES + 6  # the queue is empty before each host pass
     assert figures.chained == pytest.approx(4 / 5)  # marked passes chain as the others do
