@@ -90,6 +90,18 @@ class MeasureSettings(BaseModel):
         description="And lasts >= this many energy-counter update periods, so that the counter's "
         "lag of up to one period at the window's end is at most 2 % of it (§1).",
     )
+    energy_aligned: bool = Field(
+        default=False,
+        description="Open and close each energy window on an update of the energy counter "
+        "(polled between short chunks of calls), so that its edges err by a chunk, not an "
+        "update period; the window then needs only energy_window_s and two periods "
+        "(docs/measurement.md). Off until checked on a GPU.",
+    )
+    energy_align_poll_s: float = Field(
+        default=0.001,
+        gt=0,
+        description="Aligned windows: the calls run between two reads of the counter, in s.",
+    )
     energy_warmup_s: float = Field(
         default=0.5,
         ge=0,

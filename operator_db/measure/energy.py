@@ -7,13 +7,14 @@ integrated power samples, with the telemetry read around and inside the window.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from operator_db.devices.base import Clock, Device, Sleep, Telemetry
-from operator_db.devices.power import EnergyWindow, EnergyWindowResult
+from operator_db.devices.power import EnergyWindow, EnergyWindowResult, integrate_power_mj
 from operator_db.errors import DeviceError
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.timing import Call, calls_for
@@ -76,10 +77,41 @@ def energy_window_s(device: Device, settings: MeasureSettings) -> float:
 
     At least ``energy_window_s``, and at least ``energy_window_min_periods`` update periods of the
     energy counter: the counter may lag by one period at the window's end (METHODOLOGY §1), which is
-    then at most 1/``energy_window_min_periods`` of the window.
+    then at most 1/``energy_window_min_periods`` of the window. An aligned window
+    (``energy_aligned``) opens and closes on updates: two periods are enough there.
     """
     period = device.known_update_period_s() or 0.0
-    return max(settings.energy_window_s, settings.energy_window_min_periods * period)
+    periods = ALIGNED_MIN_PERIODS if settings.energy_aligned else settings.energy_window_min_periods
+    return max(settings.energy_window_s, periods * period)
+
+
+ALIGNED_MIN_PERIODS = 2
+"""Counter update periods an aligned window spans at least."""
+
+
+def _next_update(
+    device: Device, run: Call, calls: int, timeout_s: float, clock: Clock
+) -> tuple[int, int, int] | None:
+    """Run ``calls`` calls at a time until the energy counter moves: (counter, µs, calls run).
+
+    After each chunk the device is synchronized (its calls done) and the counter read; the first
+    value that differs from the one before is an update, seen within a chunk of when it happened.
+    None where the counter does not move within ``timeout_s`` (or cannot be read).
+    """
+    first = device.energy_mj()
+    if first is None:
+        return None
+    done = 0
+    start = clock()
+    while (clock() - start) / 1e9 < timeout_s:
+        for _ in range(calls):
+            run()
+        done += calls
+        device.synchronize()
+        now = device.energy_mj()
+        if now is not None and now != first:
+            return now, device.timestamp_us(), done
+    return None
 
 
 def energy_chunk(device: Device, settings: MeasureSettings, per_call_s: float) -> int:
@@ -121,7 +153,12 @@ def energy_trial(
     before, mask = _telemetry(device)
     masks = [mask]
     counters = _violations(device)
+    poll = max(1, round(chunk * settings.energy_align_poll_s / max(length_s / 10, 1e-9)))
+    timeout_s = max(1.0, 20 * (device.known_update_period_s() or 0.05))
     with EnergyWindow(device) as window:
+        opened = (
+            _next_update(device, run, poll, timeout_s, clock) if settings.energy_aligned else None
+        )
         start = clock()
         for _ in range(settings.energy_window_min_calls):
             run()
@@ -131,10 +168,26 @@ def energy_trial(
                 run()
             calls += chunk
             masks.append(_telemetry(device)[1])
+        closed = _next_update(device, run, poll, timeout_s, clock) if opened else None
     after, mask = _telemetry(device)
     masks.append(mask)
     violation = _violation_deltas(counters, _violations(device))
     assert window.result is not None
+    result = window.result
+    if opened is not None and closed is None:
+        calls += opened[2]  # no update at the end: the window as timed, its first calls too
+    if opened is not None and closed is not None:
+        # From the update seen at the start to the one seen at the end, and the calls between.
+        calls += closed[2]
+        result = dataclasses.replace(
+            result,
+            start_us=opened[1],
+            end_us=closed[1],
+            counter_mj=closed[0] - opened[0],
+            integrated_mj=integrate_power_mj(result.samples, opened[1], closed[1])
+            if result.samples
+            else None,
+        )
     seen = [m for m in masks if m is not None]
     reasons = None
     if seen:
@@ -146,7 +199,7 @@ def energy_trial(
         index,
         gap_s,
         calls,
-        window.result,
+        result,
         before,
         after,
         state.throttled or violation.get("thermal", 0) > 0,
