@@ -30,7 +30,9 @@ class FakeDevice(Device):
 
     Power is piecewise constant (``power_mw`` at open, changed by ``set_power_mw``); the energy
     counter is its exact integral, in whole mJ, and like NVML's it only moves once per
-    ``update_period_s``: a read at time t sees the value of the last update before t. Power samples
+    ``update_period_s``: a read at time t sees the value of the last update before t, and that
+    value holds the energy up to ``counter_lag_s`` before the update (a counter that lags the
+    power it integrates; 0 by default). Power samples
     carry the timestamp of that update. Time comes from the injected ``clock`` (ns), so with a
     manual clock every reading is known in advance: energy = P × elapsed.
 
@@ -51,6 +53,7 @@ class FakeDevice(Device):
         has_power: bool = True,
         clock_event_reasons: int = 0,
         temperature_c: float = 40.0,
+        counter_lag_s: float = 0.0,
         violation_us: Mapping[str, int] | None = None,
         refuse_open: bool | OperatorDBError = False,
         fail_on: Mapping[str, OperatorDBError] | None = None,
@@ -68,6 +71,8 @@ class FakeDevice(Device):
             raise ValueError("update_period_s must be > 0")
         if power_mw < 0:
             raise ValueError("power_mw must be >= 0")
+        if counter_lag_s < 0:
+            raise ValueError("counter_lag_s must be >= 0")
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
         self.fail_on: dict[str, OperatorDBError] = {}
@@ -89,6 +94,7 @@ class FakeDevice(Device):
         self.temperature_c = temperature_c
         self.violation_us: dict[str, int] = dict(violation_us or {})
         self._period_ns = round(update_period_s * 1e9)
+        self._lag_ns = round(counter_lag_s * 1e9)
         self._t0_ns = clock()
         self._segments: list[tuple[int, float]] = [(self._t0_ns, float(power_mw))]
         self._identity = DeviceIdentity(
@@ -177,7 +183,7 @@ class FakeDevice(Device):
         if not self.has_energy_counter:
             return None
         updated = self._updated_at_ns(self._clock())
-        return int(self.energy_between_mj(self._t0_ns, updated))
+        return int(self.energy_between_mj(self._t0_ns, max(self._t0_ns, updated - self._lag_ns)))
 
     def energy_unavailable_reason(self) -> str | None:
         """Say the counter is switched off (``has_energy_counter=False``), or None."""

@@ -57,3 +57,43 @@ def test_somewhere_a_timed_short_window_is_far_off() -> None:
     """The reason for aligning: over the offsets, the timed window's error reaches tens of %."""
     errors = [abs(_trial(False, o) / EXACT_J - 1) for o in (0.0, 0.013, 0.05, 0.087)]
     assert max(errors) > 0.1
+
+
+def _stepped_trial(aligned: bool, warmup_s: float, lag_s: float) -> float:
+    """The device idles at 50 W and draws 150 W from the first call on; its counter lags the
+    power it integrates by ``lag_s``. Returns the active energy per call's error."""
+    clock = ManualClock()
+    device = FakeDevice(
+        power_mw=50_000, update_period_s=0.1, counter_lag_s=lag_s, clock=clock, sleep=clock.sleep
+    )
+    calls = op(clock)
+
+    def run() -> None:
+        device.set_power_mw(150_000)
+        calls()
+
+    settings = fast_settings(
+        energy_window_s=0.25,
+        energy_window_min_calls=1,
+        energy_window_min_periods=0,
+        energy_warmup_s=warmup_s,
+        energy_aligned=aligned,
+    )
+    trial = energy_trial(
+        run, device, settings, index=0, chunk=25, gap_s=0.0, sleep=clock.sleep, clock=clock
+    )
+    assert trial.energy_per_call_j is not None
+    return trial.energy_per_call_j / (150.0 * CALL_S) - 1
+
+
+def test_a_lagging_counter_cancels_in_an_aligned_window_once_the_power_is_steady() -> None:
+    """A counter that reports energy late: both edges of an aligned window lag alike, so at a
+    steady power the lag cancels. Waiting for the first update runs calls already (here a whole
+    period: the calls start on an update), which covers a 30 ms lag; a 150 ms lag reaches back
+    to before the calls, and without a warm-up the window holds 50 ms of idle power at its
+    first edge: 5 J of 45, 11 % low. A warm-up longer than the lag makes it exact again."""
+    assert _stepped_trial(True, warmup_s=0.0, lag_s=0.03) == pytest.approx(0.0, abs=1e-9)
+    cold = _stepped_trial(True, warmup_s=0.0, lag_s=0.15)
+    assert cold == pytest.approx(-5.0 / 45.0, rel=0.05)
+    assert _stepped_trial(True, warmup_s=0.3, lag_s=0.15) == pytest.approx(0.0, abs=1e-9)
+    assert abs(_stepped_trial(False, warmup_s=0.3, lag_s=0.15)) > 0.05  # a timed short window
