@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from operator_db.harvest.refs import (
     complete_inputs,
     default_inputs,
     load_model,
+    model_name_part,
     parse_reference,
 )
 from operator_db.harvest.result import (
@@ -205,15 +205,6 @@ def _merge(ops: list[OperatorSpec], mode: Mode) -> list[OperatorSpec]:
     return list(merged.values())
 
 
-def _model_name(class_name: str) -> str:
-    """Return a model name from a module's class name (``_Tiny`` → ``tiny``).
-
-    Only the characters a spec's name allows, starting with a letter or digit.
-    """
-    name = re.sub(r"[^a-z0-9._:+@-]", "-", class_name.lower()).lstrip("._:+@-")
-    return name or "model"
-
-
 def _call_order(
     order: list[str],
     finished: Mapping[str, OperatorSpec],
@@ -303,7 +294,7 @@ def harvest(
         raise HarvestError("the model ran no operator that could be recorded")
     calls = _call_order(recorder.order, finished, operators, mode)
     batch = specs[0].shape[0] if specs[0].shape else None
-    default_name = ref.default_name if ref else _model_name(type(module).__name__)
+    default_name = ref.default_name if ref else (model_name_part(type(module).__name__) or "model")
     info = ModelInfo(
         name=name or (f"{default_name}-b{batch}" if batch else default_name),
         reference=ref.text if ref else None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -46,7 +47,17 @@ class ModelRef:
     def default_name(self) -> str:
         """A model name derived from the reference (``resnet50``, ``bertmodel``, ``mlp``)."""
         last = self.target.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
-        return last.lower().replace("_", "-") or self.scheme
+        return model_name_part(last) or self.scheme
+
+
+def model_name_part(text: str) -> str:
+    """Return ``text`` as (part of) a model name; empty where nothing is left.
+
+    Lower case, each character a spec's name does not allow (``_``, spaces, ...) a ``-``,
+    starting with a letter or digit: ``_Tiny`` → ``tiny``, ``functional_transformer`` →
+    ``functional-transformer``.
+    """
+    return re.sub(r"[^a-z0-9._:+@-]", "-", text.lower()).lstrip("._:+@-")
 
 
 def parse_value(text: str) -> JsonValue:
