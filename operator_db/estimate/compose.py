@@ -343,11 +343,8 @@ def estimate_model(
             used, time_per_call = "replay", replayed[cfg.id]
         energy_per_call = energy_of(m, energy)
         if m is not None:
-            dynamic.append(
-                None
-                if m.dynamic_energy_per_call_j is None
-                else cfg.count * m.dynamic_energy_per_call_j
-            )
+            per_call_j = energy_of(m, "dynamic")
+            dynamic.append(None if per_call_j is None else cfg.count * per_call_j)
         roof = None
         if peaks is not None and (cfg.form != "opaque" or None not in (cfg.flops, cfg.bytes)):
             roof = peaks.bound_s(cfg.flops, cfg.bytes)  # opaque: its cost counted live
