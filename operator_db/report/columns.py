@@ -28,6 +28,21 @@ MODEL_DISPLAY: Columns = [
     ("estimate_error", "composed error", signed_percent),
 ]
 
+ESTIMATE_DISPLAY: Columns = [
+    ("model", "model", text),
+    ("device_kind", "device kind", text),
+    ("total_time_s", "estimate (ms)", num(1e3)),
+    ("full_run_time_s", "measured (ms)", num(1e3)),
+    ("time_error", "error", signed_percent),
+    ("alone_error", "looped alone", signed_percent),
+    ("context", "operators timed", text),
+    ("bound_by", "bound by", text),
+    ("host_busy_s", "host busy (ms)", num(1e3)),
+    ("device_busy_s", "device busy (ms)", num(1e3)),
+    ("syncs", "syncs", integer),
+    ("host_cpu", "host CPU", text),
+]
+
 COMPLEXITY_DISPLAY: Columns = [
     ("family_name", "family", text),
     ("mode", "mode", text),

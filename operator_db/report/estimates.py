@@ -15,15 +15,8 @@ import pandas as pd
 from sqlalchemy.orm import Session
 
 from operator_db.estimate.compose import estimate_model
-from operator_db.report.document import (
-    Columns,
-    Document,
-    display,
-    integer,
-    num,
-    signed_percent,
-    text,
-)
+from operator_db.report.columns import ESTIMATE_DISPLAY
+from operator_db.report.document import Document, display
 
 ESTIMATE_COLUMNS = [
     "model",
@@ -38,21 +31,6 @@ ESTIMATE_COLUMNS = [
     "device_busy_s",
     "syncs",
     "host_cpu",
-]
-
-ESTIMATE_DISPLAY: Columns = [
-    ("model", "model", text),
-    ("device_kind", "device kind", text),
-    ("total_time_s", "estimate (ms)", num(1e3)),
-    ("full_run_time_s", "measured (ms)", num(1e3)),
-    ("time_error", "error", signed_percent),
-    ("alone_error", "looped alone", signed_percent),
-    ("context", "operators timed", text),
-    ("bound_by", "bound by", text),
-    ("host_busy_s", "host busy (ms)", num(1e3)),
-    ("device_busy_s", "device busy (ms)", num(1e3)),
-    ("syncs", "syncs", integer),
-    ("host_cpu", "host CPU", text),
 ]
 
 
