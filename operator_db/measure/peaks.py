@@ -422,15 +422,29 @@ def _measure_caches(
     return tuple(found)
 
 
+def _buffers(
+    numel: int, dtype: torch.dtype, dev: torch.device, what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return two filled buffers of ``numel`` elements (``what`` names them in the error).
+
+    Filled with ones, not left empty: untouched pages would be read as the shared zero page on
+    a CPU.
+
+    Raises:
+        MeasurementError: the device ran out of memory for them.
+    """
+    try:
+        a = torch.ones(numel, dtype=dtype, device=dev)
+        return a, torch.ones_like(a)
+    except torch.OutOfMemoryError as exc:
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        raise MeasurementError(f"out of memory for two {nbytes}-byte {what} buffers") from exc
+
+
 def _measure_copy(
     nbytes: int, dev: torch.device, timer: BlockTimer, min_time_s: float, repeats: int
 ) -> KernelTiming:
-    try:
-        # ones, not empty: untouched pages would be read as the shared zero page on a CPU.
-        src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
-        dst = torch.empty_like(src)
-    except torch.OutOfMemoryError as exc:
-        raise MeasurementError(f"out of memory for two {nbytes}-byte copy buffers") from exc
+    src, dst = _buffers(nbytes, torch.uint8, dev, "copy")
 
     def run() -> object:
         return dst.copy_(src)
@@ -440,11 +454,7 @@ def _measure_copy(
     # An in-place add reads two buffers and writes one it has just read: no write-allocate,
     # so it moves bytes faster than a copy (this VM, 2 threads: 234 against 167 GB/s in the L3,
     # 50 against 26 GB/s from memory). The bandwidth roof is the faster of the two.
-    try:
-        a = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
-        b = torch.ones_like(a)
-    except torch.OutOfMemoryError as exc:
-        raise MeasurementError(f"out of memory for two {nbytes}-byte add buffers") from exc
+    a, b = _buffers(nbytes // 4, torch.float32, dev, "add")
 
     def add() -> object:
         return a.add_(b)
