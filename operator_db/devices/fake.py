@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import Counter, defaultdict
@@ -32,7 +33,11 @@ class FakeDevice(Device):
     counter is its exact integral, in whole mJ, and like NVML's it only moves once per
     ``update_period_s``: a read at time t sees the value of the last update before t, and that
     value holds the energy up to ``counter_lag_s`` before the update (a counter that lags the
-    power it integrates; 0 by default). Power samples
+    power it integrates; 0 by default). ``update_jitter_s`` delays each update by a fixed
+    pseudo-random part of it (0 by default: updates exactly one period apart). With
+    ``counter_sample_s`` the counter samples rather than integrates, as Yang et al. (SC'24) saw on
+    A100/H100: each update adds the mean power over the ``counter_sample_s`` before it (lagged
+    alike) times the time since the update before. Power samples
     carry the timestamp of that update. Time comes from the injected ``clock`` (ns), so with a
     manual clock every reading is known in advance: energy = P × elapsed.
 
@@ -54,6 +59,8 @@ class FakeDevice(Device):
         clock_event_reasons: int = 0,
         temperature_c: float = 40.0,
         counter_lag_s: float = 0.0,
+        update_jitter_s: float = 0.0,
+        counter_sample_s: float = 0.0,
         violation_us: Mapping[str, int] | None = None,
         refuse_open: bool | OperatorDBError = False,
         fail_on: Mapping[str, OperatorDBError] | None = None,
@@ -64,7 +71,8 @@ class FakeDevice(Device):
 
         Raises:
             DeviceError: ``refuse_open`` is True (or the given error when it is an error).
-            ValueError: a non-positive ``update_period_s``, negative power or unknown operation.
+            ValueError: a non-positive ``update_period_s``, negative power, lag or jitter, a jitter
+                of a period or more, or an unknown operation.
         """
         super().__init__(clock=clock, sleep=sleep)
         if update_period_s <= 0:
@@ -73,6 +81,10 @@ class FakeDevice(Device):
             raise ValueError("power_mw must be >= 0")
         if counter_lag_s < 0:
             raise ValueError("counter_lag_s must be >= 0")
+        if not 0 <= update_jitter_s < update_period_s:
+            raise ValueError("update_jitter_s must be >= 0 and shorter than update_period_s")
+        if counter_sample_s < 0:
+            raise ValueError("counter_sample_s must be >= 0")
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
         self.fail_on: dict[str, OperatorDBError] = {}
@@ -95,8 +107,15 @@ class FakeDevice(Device):
         self.violation_us: dict[str, int] = dict(violation_us or {})
         self._period_ns = round(update_period_s * 1e9)
         self._lag_ns = round(counter_lag_s * 1e9)
+        self._jitter_ns = round(update_jitter_s * 1e9)
+        self._sample_ns = round(counter_sample_s * 1e9)
+        self._sampled: list[float] = [0.0]  # a sampling counter's value at update k, in mJ
         self._t0_ns = clock()
-        self._segments: list[tuple[int, float]] = [(self._t0_ns, float(power_mw))]
+        # Piecewise-constant power: segment i starts at _starts[i] (ns), draws _powers[i] (mW),
+        # and the energy drawn before it is _drawn[i] (mJ).
+        self._starts: list[int] = [self._t0_ns]
+        self._powers: list[float] = [float(power_mw)]
+        self._drawn: list[float] = [0.0]
         self._identity = DeviceIdentity(
             device_type="fake",
             name=f"fake:{name}",
@@ -133,31 +152,43 @@ class FakeDevice(Device):
             raise ValueError("power_mw must be >= 0")
         now = self._clock()
         with self._lock:
-            self._segments.append((max(now, self._segments[-1][0]), float(power_mw)))
+            start = max(now, self._starts[-1])
+            if start == self._starts[-1]:
+                self._powers[-1] = float(power_mw)
+                return
+            step_s = (start - self._starts[-1]) / 1e9
+            self._drawn.append(self._drawn[-1] + self._powers[-1] * step_s)
+            self._starts.append(start)
+            self._powers.append(float(power_mw))
+
+    def _update_ns(self, k: int) -> int:
+        """Return the time of the counter's k-th update: k periods, plus its fixed jitter."""
+        jitter = 0 if k <= 0 else (k * 2654435761 % 4294967296) * self._jitter_ns // 4294967296
+        return self._t0_ns + k * self._period_ns + jitter
 
     def _updated_at_ns(self, now_ns: int) -> int:
         """Return the time of the last counter update at or before ``now_ns``."""
-        return self._t0_ns + (now_ns - self._t0_ns) // self._period_ns * self._period_ns
+        k = max(0, (now_ns - self._t0_ns) // self._period_ns)
+        updated = self._update_ns(k)
+        return updated if updated <= now_ns else self._update_ns(k - 1)
+
+    def _segment(self, t_ns: int) -> int:
+        return max(0, bisect.bisect_right(self._starts, t_ns) - 1)
 
     def _power_at(self, t_ns: int) -> float:
-        power = self._segments[0][1]
-        for start, value in self._segments:
-            if start > t_ns:
-                break
-            power = value
-        return power
+        return self._powers[self._segment(t_ns)]
+
+    def _drawn_by(self, t_ns: int) -> float:
+        """Return the energy drawn from open to ``t_ns``, in mJ."""
+        if t_ns <= self._t0_ns:
+            return 0.0
+        i = self._segment(t_ns)
+        return self._drawn[i] + self._powers[i] * (t_ns - self._starts[i]) / 1e9
 
     def energy_between_mj(self, start_ns: int, end_ns: int) -> float:
         """Return the exact energy drawn between two clock readings, in mJ (mW × s)."""
-        total = 0.0
         with self._lock:
-            segments = list(self._segments)
-        for i, (seg_start, power) in enumerate(segments):
-            seg_end = segments[i + 1][0] if i + 1 < len(segments) else end_ns
-            lo, hi = max(seg_start, start_ns), min(seg_end, end_ns)
-            if hi > lo:
-                total += power * (hi - lo) / 1e9
-        return total
+            return max(0.0, self._drawn_by(end_ns) - self._drawn_by(start_ns))
 
     # the Device interface ---------------------------------------------------------------------
 
@@ -183,7 +214,22 @@ class FakeDevice(Device):
         if not self.has_energy_counter:
             return None
         updated = self._updated_at_ns(self._clock())
+        if self._sample_ns:
+            return int(self._sampled_at(updated))
         return int(self.energy_between_mj(self._t0_ns, max(self._t0_ns, updated - self._lag_ns)))
+
+    def _sampled_at(self, updated_ns: int) -> float:
+        """Return a sampling counter's value at its update at ``updated_ns``, in mJ."""
+        k = max(0, (updated_ns - self._t0_ns) // self._period_ns)
+        if self._update_ns(k) > updated_ns:
+            k -= 1
+        while len(self._sampled) <= k:
+            i = len(self._sampled)
+            at = self._update_ns(i) - self._lag_ns
+            mean_mw = self.energy_between_mj(at - self._sample_ns, at) / self._sample_ns * 1e9
+            step_s = (self._update_ns(i) - self._update_ns(i - 1)) / 1e9
+            self._sampled.append(self._sampled[-1] + mean_mw * step_s)
+        return self._sampled[k]
 
     def energy_unavailable_reason(self) -> str | None:
         """Say the counter is switched off (``has_energy_counter=False``), or None."""

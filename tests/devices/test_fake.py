@@ -131,6 +131,39 @@ def test_closed_device_refuses(clock: ManualClock) -> None:
         fake.energy_mj()
 
 
+def test_jittered_updates_come_late_by_a_fixed_part_of_the_jitter(clock: ManualClock) -> None:
+    """Each update is delayed by its own fixed share of ``update_jitter_s``; none is early, and
+    the counter still holds the exact energy up to its update."""
+    t0 = clock()
+    fake = make(clock, power_mw=100_000.0, update_period_s=0.1, update_jitter_s=0.01)
+    seen: list[tuple[int, int]] = []
+    last = fake.energy_mj()
+    for _ in range(1000):
+        clock.advance_s(0.001)
+        value = fake.energy_mj()
+        if value != last:
+            seen.append((clock(), value))
+            last = value
+    delays = [(t - t0) % 100_000_000 for t, _ in seen]
+    assert all(d <= 10_000_000 for d in delays) and len(set(delays)) > 3
+    for t, value in seen:  # read within 1 ms of the update: 100 W × (t − ≤1 ms)
+        assert 100 * ((t - t0) / 1e6 - 1) <= value <= 100 * (t - t0) / 1e6
+
+
+def test_a_sampling_counter_sees_only_the_end_of_each_period(clock: ManualClock) -> None:
+    """``counter_sample_s``: each update adds the mean power of the last 25 ms before it × the
+    period, so power drawn outside those 25 ms is not seen (Yang et al., SC'24)."""
+    fake = make(clock, power_mw=100_000.0, update_period_s=0.1, counter_sample_s=0.025)
+    clock.advance_s(0.35)
+    assert fake.energy_mj() == 30_000  # steady: 3 periods × 100 W, as an integrating counter
+    fake.set_power_mw(500_000.0)  # 0.35–0.37 s, unseen: the next sample is 0.375–0.4 s
+    clock.advance_s(0.02)
+    fake.set_power_mw(100_000.0)
+    clock.advance_s(0.035)
+    assert fake.energy_mj() == 40_000
+    assert fake.energy_between_mj(0, clock()) == pytest.approx(40_500 + 8_000)
+
+
 def test_unknown_operation_and_bad_parameters(clock: ManualClock) -> None:
     fake = make(clock)
     with pytest.raises(ValueError, match="unknown fake-device operation 'read'"):
@@ -139,6 +172,10 @@ def test_unknown_operation_and_bad_parameters(clock: ManualClock) -> None:
         make(clock, update_period_s=0)
     with pytest.raises(ValueError, match="power_mw must be >= 0"):
         fake.set_power_mw(-1)
+    with pytest.raises(ValueError, match="update_jitter_s must be >= 0 and shorter"):
+        make(clock, update_period_s=0.1, update_jitter_s=0.1)
+    with pytest.raises(ValueError, match="counter_sample_s must be >= 0"):
+        make(clock, counter_sample_s=-1)
 
 
 def test_telemetry_is_fixed_and_reasons_settable(clock: ManualClock) -> None:
