@@ -1,15 +1,15 @@
 """Benchmark: device seconds per configuration with energy, short aligned windows vs 5 s × 4.
 
-Measures each configuration of a spec twice with energy, on one device: with short windows aligned
-to the counter's updates (``--window-s``, ``--trials``; ``energy_aligned``) and with the long
-method (5 s windows × 4 trials, 50 counter periods, timed). Prints per configuration the wall
-seconds each took and the energy per call of each, their difference, and the totals: the
-seconds a model's configurations take with energy, and the median and worst disagreement with
-the long method (the targets: under 3 minutes for ResNet-50 b1's 57 configurations; 1 % median,
-2 % worst). Run on a GPU host:
+Measures each configuration of a spec twice with energy, on one device: at the default settings
+(aligned windows, ``ENERGY_PLANS["aligned"]``; ``--window-s``, ``--trials``, ``--warmup-s`` change
+them) and with the timed method (5 s windows × 4 trials, 50 counter periods). Prints per
+configuration the wall seconds each took (timing and energy: what a worker spends on it) and the
+energy per call of each, their difference, and the totals: the seconds a model's configurations
+take with energy, and the median and worst disagreement with the timed method (the targets: under
+3 minutes for ResNet-50 b1's 57 configurations; 1 % median, 2 % worst). Run on a GPU host:
 
-    python bench/bench_energy.py measurement_specs/resnet50-b1.yaml [--limit N] [--window-s 1]
-        [--trials 2] [--json out.json]
+    python bench/bench_energy.py measurement_specs/resnet50-b1.yaml [--limit N] [--window-s 0.25]
+        [--trials 3] [--json out.json]
 
 and anywhere on the fake device, with every window scaled down by ``--dry-run`` (the figures then
 say nothing of a GPU):
@@ -20,6 +20,7 @@ say nothing of a GPU):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -40,16 +41,30 @@ DRY_SCALE = 0.02
 
 
 def _settings(
-    base: MeasureSettings, *, aligned: bool, window_s: float, trials: int, scale: float
+    base: MeasureSettings,
+    *,
+    windows: str,
+    window_s: float | None,
+    trials: int | None,
+    warmup_s: float | None,
+    scale: float,
 ) -> MeasureSettings:
+    plan = base.model_copy(
+        update={
+            "energy_windows": windows,
+            "energy_window_s": window_s,
+            "trials": trials,
+            "energy_warmup_s": warmup_s,
+        }
+    ).energy_plan()
     return base.model_copy(
         update={
             "energy": True,
-            "energy_aligned": aligned,
-            "energy_window_s": window_s * scale,
-            "energy_window_min_periods": 2 if aligned else 50,
-            "trials": trials,
-            "energy_warmup_s": base.energy_warmup_s * scale,
+            "energy_windows": windows,
+            "energy_window_s": plan.window_s * scale,
+            "energy_window_min_periods": 50,
+            "trials": plan.trials,
+            "energy_warmup_s": plan.warmup_s * scale,
             "cooldown_s": 0.0,
         }
     )
@@ -68,17 +83,25 @@ def main() -> None:
     parser.add_argument("spec", nargs="?", default=str(ROOT / "measurement_specs/resnet50-b1.yaml"))
     parser.add_argument("--device", default="nvidia")
     parser.add_argument("--limit", type=int, default=None, help="The first N configurations.")
-    parser.add_argument("--window-s", type=float, default=1.0)
-    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--window-s", type=float, default=None, help="Default: the plan's.")
+    parser.add_argument("--trials", type=int, default=None, help="Default: the plan's.")
+    parser.add_argument("--warmup-s", type=float, default=None, help="Default: the plan's.")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     settings = get_settings()
     scale = DRY_SCALE if args.dry_run else 1.0
     short = _settings(
-        settings.measure, aligned=True, window_s=args.window_s, trials=args.trials, scale=scale
+        settings.measure,
+        windows="aligned",
+        window_s=args.window_s,
+        trials=args.trials,
+        warmup_s=args.warmup_s,
+        scale=scale,
     )
-    long = _settings(settings.measure, aligned=False, window_s=5.0, trials=4, scale=scale)
+    long = _settings(
+        settings.measure, windows="timed", window_s=5.0, trials=4, warmup_s=0.5, scale=scale
+    )
     spec = load_spec(args.spec, max_bytes=settings.max_spec_bytes).spec
     ops = [op for op in spec.operators if op.form != "opaque"][: args.limit]
     rows: list[dict[str, Any]] = []
@@ -110,7 +133,7 @@ def main() -> None:
         "device": name,
         "spec": spec.model.name,
         "configurations": len(rows),
-        "short": {"window_s": args.window_s * scale, "trials": args.trials, "aligned": True},
+        "short": dataclasses.asdict(short.energy_plan()),
         "short_total_s": total,
         "short_per_config_s": total / len(rows) if rows else None,
         "long_total_s": sum(r["long_s"] for r in rows),

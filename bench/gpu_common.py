@@ -65,7 +65,7 @@ GPU_SIZES = Sizes(
     idle_windows_s=(5.0, 10.0),
     load_windows_s=(5.0, 10.0),
     load_warmup_s=1.0,
-    window_check={"trials": 2, "energy_window_s": 5.0},
+    window_check={"energy_windows": "timed", "trials": 2, "energy_window_s": 5.0},
     small_numel=256,
     estimate={"energy": False, "cooldown_s": 0.0, "idle_window_s": 1.0},
     min_case_s=20.0,
@@ -83,6 +83,7 @@ DRY_SIZES = Sizes(
     load_windows_s=(0.3, 0.6),
     load_warmup_s=0.05,
     window_check={
+        "energy_windows": "timed",
         "trials": 2,
         "energy_window_s": 0.3,
         "energy_window_min_periods": 0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -15,6 +16,28 @@ def default_database_url() -> str:
     """Return the embedded default: a SQLite file in the user's data directory (not created)."""
     path = Path(platformdirs.user_data_dir("operator-db", appauthor=False)) / "operator-db.sqlite"
     return f"sqlite:///{path}"
+
+
+@dataclass(frozen=True)
+class EnergyPlan:
+    """The energy windows of one configuration: method, least length (s), trials, warm-up (s)."""
+
+    method: Literal["aligned", "timed"]
+    window_s: float
+    trials: int
+    warmup_s: float
+
+
+ENERGY_PLANS: dict[str, EnergyPlan] = {
+    "aligned": EnergyPlan("aligned", window_s=0.25, trials=2, warmup_s=0.3),
+    "timed": EnergyPlan("timed", window_s=5.0, trials=4, warmup_s=0.5),
+}
+"""Each method's defaults. Timed: METHODOLOGY §1's 5 s × 4. Aligned: the shortest windows and
+fewest trials that agree with 5 s × 4 within 1 % (median) and 2 % (worst) on the fake device's
+model of the counter (97 ms updates with jitter, whole mJ, lag up to 150 ms, integrating or
+sampling 25 ms of each period; a steady power): 0.44 % median, 1.55 % worst
+(bench/bench_energy_windows.py, docs/measurement.md); its warm-up outlasts a 150 ms lag and the
+power's rise. Not yet checked on a GPU (bench/bench_energy.py)."""
 
 
 class MeasureSettings(BaseModel):
@@ -55,9 +78,10 @@ class MeasureSettings(BaseModel):
     operator_min_time_s: float | None = Field(
         default=None,
         ge=0,
-        description="An operator is timed over at least this long, in s. None: as long as a "
-        "whole model (model_min_time_s) where energy is measured, so that operators, models and "
-        "energy windows see the same sustained regime (clocks, heat); else only `blocks` blocks.",
+        description="An operator is timed over at least this long, in s. None: where energy is "
+        "measured, as long as its energy windows together (trials × window, at most "
+        "model_min_time_s), so that its time and its energy are read in one regime (clocks, "
+        "heat); elsewhere only `blocks` blocks.",
     )
     noisy_iqr_ratio: float = Field(
         default=0.10,
@@ -78,8 +102,19 @@ class MeasureSettings(BaseModel):
         "compared with, as serving stacks run batch 1.",
     )
     energy: bool = Field(default=True, description="Measure energy where the device can.")
-    energy_window_s: float = Field(
-        default=5.0, ge=0, description="Each energy window lasts at least this long, in s (§1)."
+    energy_windows: Literal["aligned", "timed"] = Field(
+        default="aligned",
+        description="aligned: each energy window opens and closes on an update of the energy "
+        "counter (polled between short chunks of calls), so that its edges err by a chunk, not an "
+        "update period, and short windows are exact (docs/measurement.md); timed: windows opened "
+        "and closed on the clock, which must then be long (5 s, 50 counter periods) — the "
+        "method before, kept as a check and for counters whose updates cannot be seen.",
+    )
+    energy_window_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Each energy window lasts at least this long, in s (§1). None: the method's "
+        "own (aligned 0.25 s, timed 5 s; see EnergyPlan).",
     )
     energy_window_min_calls: int = Field(
         default=32, ge=1, description="And holds >= this many calls."
@@ -87,26 +122,20 @@ class MeasureSettings(BaseModel):
     energy_window_min_periods: int = Field(
         default=50,
         ge=0,
-        description="And lasts >= this many energy-counter update periods, so that the counter's "
-        "lag of up to one period at the window's end is at most 2 % of it (§1).",
-    )
-    energy_aligned: bool = Field(
-        default=False,
-        description="Open and close each energy window on an update of the energy counter "
-        "(polled between short chunks of calls), so that its edges err by a chunk, not an "
-        "update period; the window then needs only energy_window_s and two periods "
-        "(docs/measurement.md). Off until checked on a GPU.",
+        description="A timed window also lasts >= this many energy-counter update periods, so "
+        "that the counter's lag of up to one period at its end is at most 2 % of it (§1).",
     )
     energy_align_poll_s: float = Field(
         default=0.001,
         gt=0,
         description="Aligned windows: the calls run between two reads of the counter, in s.",
     )
-    energy_warmup_s: float = Field(
-        default=0.5,
+    energy_warmup_s: float | None = Field(
+        default=None,
         ge=0,
         description="Run the call this long before each energy window opens, in s, so that the "
-        "window does not hold the power's rise time (§1).",
+        "window holds neither the power's rise time nor, through the counter's lag, the idle "
+        "gap before it (§1). None: the method's own (aligned 0.3 s, timed 0.5 s).",
     )
     window_time_tolerance: float = Field(
         default=0.03,
@@ -114,7 +143,12 @@ class MeasureSettings(BaseModel):
         description="Flag 'window_time_differs' when the per-call time inside the energy windows "
         "differs from the eager median by more (relative).",
     )
-    trials: int = Field(default=4, ge=1, description="Energy windows per configuration.")
+    trials: int | None = Field(
+        default=None,
+        ge=1,
+        description="Energy windows per configuration. None: the method's own (aligned 2, "
+        "timed 4).",
+    )
     max_gap_s: float = Field(
         default=0.1, ge=0, description="Random idle gap before each trial, uniform in [0, this] s."
     )
@@ -218,6 +252,16 @@ class MeasureSettings(BaseModel):
         "and whole models alike reuse it, as the CUDA caching allocator does, instead of paying "
         "page faults for fresh output buffers (docs/measurement.md).",
     )
+
+    def energy_plan(self) -> EnergyPlan:
+        """Return the energy windows these settings ask for: the method's defaults where unset."""
+        base = ENERGY_PLANS[self.energy_windows]
+        return EnergyPlan(
+            method=self.energy_windows,
+            window_s=base.window_s if self.energy_window_s is None else self.energy_window_s,
+            trials=base.trials if self.trials is None else self.trials,
+            warmup_s=base.warmup_s if self.energy_warmup_s is None else self.energy_warmup_s,
+        )
 
     @model_validator(mode="after")
     def _one_tf32_state(self) -> MeasureSettings:

@@ -60,7 +60,7 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
             "--dry-run",
             "--",
             "--budget-s",
-            "14",
+            "30",
         ],
         cwd=tmp_path,
         env=env,

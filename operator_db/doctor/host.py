@@ -51,15 +51,19 @@ def backends_check(settings: Settings, threads: int) -> Check:
 def settings_check(settings: Settings, device: str) -> Check:
     """Say the settings that decide how measuring goes: device, energy, windows, trials, pauses.
 
-    warn: energy windows shorter than 2 s, which read low (METHODOLOGY §1, thermally stable
+    warn: timed energy windows shorter than 2 s, which read low (METHODOLOGY §1, thermally stable
     profiling; results are stable from 5 s on).
     """
     m = settings.measure
+    plan = m.energy_plan()
+    periods = (
+        "" if plan.method == "aligned" else f", ≥ {m.energy_window_min_periods} counter periods"
+    )
     energy = (
-        f"energy windows ≥ {m.energy_window_s:g} s (≥ {m.energy_window_min_calls} calls, "
-        f"≥ {m.energy_window_min_periods} counter periods) × {m.trials} trials, warm-up "
-        f"{m.energy_warmup_s:g} s, idle baseline {m.idle_window_s:g} s every {m.idle_every_s:g} s, "
-        f"cooldown {m.cooldown} ≤ {m.cooldown_s:g} s"
+        f"{plan.method} energy windows ≥ {plan.window_s:g} s (≥ {m.energy_window_min_calls} "
+        f"calls{periods}) × {plan.trials} trials, warm-up {plan.warmup_s:g} s, idle baseline "
+        f"{m.idle_window_s:g} s every {m.idle_every_s:g} s, cooldown {m.cooldown} ≤ "
+        f"{m.cooldown_s:g} s"
         if m.energy
         else "energy off"
     )
@@ -68,13 +72,13 @@ def settings_check(settings: Settings, device: str) -> Check:
         f"≥ {m.model_min_time_s:g} s; {energy}"
     )
     data = {"device": device, "measure": m.model_dump(mode="json")}
-    if m.energy and m.energy_window_s < 2:
+    if m.energy and plan.method == "timed" and plan.window_s < 2:
         return warn(
             "settings",
             "settings",
             value,
-            "energy windows under ~2 s read low: OPDB_MEASURE__ENERGY_WINDOW_S="
-            f"{m.energy_window_s:g} (5 s is the default)",
+            "timed energy windows under ~2 s read low: OPDB_MEASURE__ENERGY_WINDOW_S="
+            f"{plan.window_s:g} (5 s is the timed default; aligned windows may be short)",
             **data,
         )
     return ok("settings", "settings", value, **data)

@@ -43,6 +43,8 @@ class EnergyTrial:
     violation_us: dict[str, int] = field(default_factory=dict)
     """Time the clocks were held below target over the window, per policy (``power``,
     ``thermal``, ...), in µs: the difference of the device's violation counters."""
+    aligned: bool = False
+    """The window opened and closed on updates of the energy counter."""
 
     @property
     def time_per_call_s(self) -> float:
@@ -72,36 +74,85 @@ def _telemetry(device: Device) -> tuple[dict[str, Any], int | None]:
     return t.as_dict(), t.clock_event_reasons
 
 
-def energy_window_s(device: Device, settings: MeasureSettings) -> float:
-    """Return the length of an energy window on ``device``, in s.
-
-    At least ``energy_window_s``, and at least ``energy_window_min_periods`` update periods of the
-    energy counter: the counter may lag by one period at the window's end (METHODOLOGY §1), which is
-    then at most 1/``energy_window_min_periods`` of the window. An aligned window
-    (``energy_aligned``) opens and closes on updates: two periods are enough there.
-    """
-    period = device.known_update_period_s() or 0.0
-    periods = ALIGNED_MIN_PERIODS if settings.energy_aligned else settings.energy_window_min_periods
-    return max(settings.energy_window_s, periods * period)
-
-
 ALIGNED_MIN_PERIODS = 2
 """Counter update periods an aligned window spans at least."""
 
+ALIGNED_MIN_CHUNKS = 100
+"""Chunks of calls an aligned window spans at least. Each edge is seen up to one chunk after the
+update (a chunk is at least one call), the two edges alike: their difference, at most one chunk,
+is then at most 1 % of the window."""
 
-def _next_update(
-    device: Device, run: Call, calls: int, timeout_s: float, clock: Clock
-) -> tuple[int, int, int] | None:
-    """Run ``calls`` calls at a time until the energy counter moves: (counter, µs, calls run).
+
+@dataclass(frozen=True)
+class WindowShape:
+    """How one configuration's energy windows run.
+
+    ``aligned``: opened and closed on counter updates; ``length_s``: the least length, in s;
+    ``chunk``: calls between two looks at the clock and the telemetry (a tenth of the window);
+    ``poll``: calls between two reads of the counter at an aligned window's edges.
+    """
+
+    aligned: bool
+    length_s: float
+    chunk: int
+    poll: int
+
+
+def _timed_length_s(device: Device, settings: MeasureSettings, window_s: float) -> float:
+    """Return a timed window's least length, in s.
+
+    At least ``window_s`` and ``energy_window_min_periods`` update periods of the counter: the
+    counter may lag by one period at a timed window's end, then at most 1/periods of it (§1).
+    """
+    period = device.known_update_period_s() or 0.0
+    return max(window_s, settings.energy_window_min_periods * period)
+
+
+def window_shape(device: Device, settings: MeasureSettings, per_call_s: float) -> WindowShape:
+    """Return the energy windows of a call taking ``per_call_s`` seconds on ``device``.
+
+    Aligned (``energy_windows``, where the device has an energy counter to align to): at least
+    the plan's window, two update periods and ``ALIGNED_MIN_CHUNKS`` chunks of the edge's
+    polling. Timed: at least the plan's window and ``energy_window_min_periods`` periods.
+    """
+    plan = settings.energy_plan()
+    aligned = plan.method == "aligned" and device.energy_unavailable_reason() is None
+    poll = calls_for(settings.energy_align_poll_s, per_call_s, 1, 10**9)
+    if aligned:
+        period = device.known_update_period_s() or 0.0
+        length = max(
+            plan.window_s,
+            ALIGNED_MIN_PERIODS * period,
+            ALIGNED_MIN_CHUNKS * poll * per_call_s,
+        )
+    else:
+        length = _timed_length_s(device, settings, plan.window_s)
+    return WindowShape(aligned, length, calls_for(length / 10, per_call_s, 1, 10**9), poll)
+
+
+@dataclass(frozen=True)
+class _Edge:
+    """What waiting for a counter update gave.
+
+    The new value (mJ) and when it was seen (µs), or None for both where the counter did not
+    move; and the calls run meanwhile.
+    """
+
+    counter_mj: int | None
+    at_us: int | None
+    calls: int
+
+
+def _next_update(device: Device, run: Call, calls: int, timeout_s: float, clock: Clock) -> _Edge:
+    """Run ``calls`` calls at a time until the energy counter moves, for at most ``timeout_s``.
 
     After each chunk the device is synchronized (its calls done) and the counter read; the first
     value that differs from the one before is an update, seen within a chunk of when it happened.
-    None where the counter does not move within ``timeout_s`` (or cannot be read).
     """
     first = device.energy_mj()
-    if first is None:
-        return None
     done = 0
+    if first is None:
+        return _Edge(None, None, done)
     start = clock()
     while (clock() - start) / 1e9 < timeout_s:
         for _ in range(calls):
@@ -110,13 +161,8 @@ def _next_update(
         device.synchronize()
         now = device.energy_mj()
         if now is not None and now != first:
-            return now, device.timestamp_us(), done
-    return None
-
-
-def energy_chunk(device: Device, settings: MeasureSettings, per_call_s: float) -> int:
-    """Return the calls run between two looks at the clock (and the telemetry) in a window."""
-    return calls_for(energy_window_s(device, settings) / 10, per_call_s, 1, 10**9)
+            return _Edge(now, device.timestamp_us(), done)
+    return _Edge(None, None, done)
 
 
 def energy_trial(
@@ -125,40 +171,49 @@ def energy_trial(
     settings: MeasureSettings,
     *,
     index: int,
-    chunk: int,
+    per_call_s: float,
     gap_s: float,
     sleep: Sleep,
     clock: Clock = time.perf_counter_ns,
 ) -> EnergyTrial:
     """Run one energy window after an idle gap of ``gap_s`` seconds and a warm-up.
 
-    The warm-up runs the call for ``energy_warmup_s`` before the window opens, so the window does
-    not hold the power's rise time (METHODOLOGY §1). The window then runs
-    ``energy_window_min_calls`` calls, and chunks of ``chunk`` calls until its length (see
-    :func:`energy_window_s`) has passed on the clock: its length does not rest on the timing's
-    per-call estimate, which a burst of noise may have inflated. The telemetry is read before,
+    The warm-up runs the call for the plan's ``warmup_s`` before the window opens, so the window
+    holds neither the power's rise time nor, through the counter's lag, the idle gap (METHODOLOGY
+    §1). The window (see :func:`window_shape`) then runs ``energy_window_min_calls`` calls, and
+    chunks of calls until its length has passed on the clock: its length does not rest on the
+    timing's per-call estimate (``per_call_s``, s), which a burst of noise may have inflated. An
+    aligned window opens on the first counter update seen after the warm-up and closes on the
+    first one seen after its length; where the counter does not move within 20 periods (or 1 s),
+    it goes on as a timed window of the timed length instead. The telemetry is read before,
     between chunks and after.
 
     Raises:
         DeviceError: the device failed while reading energy.
     """
+    shape = window_shape(device, settings, per_call_s)
+    chunk = shape.chunk
+    # Prepared before the gap and the warm-up: the first window on a device measures the power
+    # reading's period (for its sampler) by polling it, which must not idle between the warm-up
+    # and the window (a lagging counter would reach back into that idle time).
+    window = EnergyWindow(device)
     if gap_s:
         sleep(gap_s)
-    if settings.energy_warmup_s > 0:
+    warmup_s = settings.energy_plan().warmup_s
+    if warmup_s > 0:
         start = clock()
-        while (clock() - start) / 1e9 < settings.energy_warmup_s:
+        while (clock() - start) / 1e9 < warmup_s:
             for _ in range(chunk):
                 run()
-    length_s = energy_window_s(device, settings)
+    length_s = shape.length_s
     before, mask = _telemetry(device)
     masks = [mask]
     counters = _violations(device)
-    poll = max(1, round(chunk * settings.energy_align_poll_s / max(length_s / 10, 1e-9)))
     timeout_s = max(1.0, 20 * (device.known_update_period_s() or 0.05))
-    with EnergyWindow(device) as window:
-        opened = (
-            _next_update(device, run, poll, timeout_s, clock) if settings.energy_aligned else None
-        )
+    with window:
+        opened = _next_update(device, run, shape.poll, timeout_s, clock) if shape.aligned else None
+        if opened is not None and opened.counter_mj is None:
+            length_s = max(length_s, _timed_length_s(device, settings, length_s))
         start = clock()
         for _ in range(settings.energy_window_min_calls):
             run()
@@ -168,23 +223,28 @@ def energy_trial(
                 run()
             calls += chunk
             masks.append(_telemetry(device)[1])
-        closed = _next_update(device, run, poll, timeout_s, clock) if opened else None
+        aligned = opened is not None and opened.counter_mj is not None
+        closed = _next_update(device, run, shape.poll, timeout_s, clock) if aligned else None
     after, mask = _telemetry(device)
     masks.append(mask)
     violation = _violation_deltas(counters, _violations(device))
     assert window.result is not None
     result = window.result
-    if opened is not None and closed is None:
-        calls += opened[2]  # no update at the end: the window as timed, its first calls too
-    if opened is not None and closed is not None:
+    if opened is not None and (closed is None or closed.counter_mj is None):
+        # Not aligned after all: the window as timed, with every call it held.
+        aligned = False
+        calls += opened.calls + (closed.calls if closed is not None else 0)
+    elif opened is not None and closed is not None:
         # From the update seen at the start to the one seen at the end, and the calls between.
-        calls += closed[2]
+        assert opened.counter_mj is not None and closed.counter_mj is not None
+        assert opened.at_us is not None and closed.at_us is not None
+        calls += closed.calls
         result = dataclasses.replace(
             result,
-            start_us=opened[1],
-            end_us=closed[1],
-            counter_mj=closed[0] - opened[0],
-            integrated_mj=integrate_power_mj(result.samples, opened[1], closed[1])
+            start_us=opened.at_us,
+            end_us=closed.at_us,
+            counter_mj=closed.counter_mj - opened.counter_mj,
+            integrated_mj=integrate_power_mj(result.samples, opened.at_us, closed.at_us)
             if result.samples
             else None,
         )
@@ -207,6 +267,7 @@ def energy_trial(
         clock_event_reasons=reasons,
         telemetry_reads=len(seen),
         violation_us=violation,
+        aligned=aligned,
     )
 
 
@@ -237,23 +298,22 @@ def energy_trials(
     rng: random.Random,
     clock: Clock = time.perf_counter_ns,
 ) -> list[EnergyTrial]:
-    """Run ``trials`` energy windows of one call, each after a random idle gap.
+    """Run the plan's trials of one call's energy windows, each after a random idle gap.
 
-    See :func:`energy_trial`.
+    See :func:`energy_trial`; ``per_call_s`` is the call's time, in s.
     """
-    chunk = energy_chunk(device, settings, per_call_s)
     return [
         energy_trial(
             run,
             device,
             settings,
             index=index,
-            chunk=chunk,
+            per_call_s=per_call_s,
             gap_s=rng.uniform(0.0, settings.max_gap_s),
             sleep=sleep,
             clock=clock,
         )
-        for index in range(settings.trials)
+        for index in range(settings.energy_plan().trials)
     ]
 
 

@@ -23,7 +23,6 @@ from operator_db.errors import MeasurementError
 from operator_db.measure.allocator import allocator_state
 from operator_db.measure.energy import (
     EnergyTrial,
-    energy_chunk,
     energy_trial,
     energy_trials,
     energy_unavailable,
@@ -144,13 +143,16 @@ class MeasureResult:
 def operator_min_time_s(device: Device, settings: MeasureSettings) -> float:
     """Return how long an operator is timed at least, in s (see ``operator_min_time_s``).
 
-    Where energy is measured the device runs for seconds in every window and reaches its
-    sustained regime (a GPU at its power cap lowers its clocks): operators are then timed as long
-    as a whole model, so that both are compared in that regime.
+    Where energy is measured, as long as the configuration's energy windows together (trials ×
+    window, at most ``model_min_time_s``), so that its time is read in the regime (clocks, heat)
+    its energy is: 0.5 s with aligned windows, 3 s with timed ones. Elsewhere only the blocks.
     """
     if settings.operator_min_time_s is not None:
         return settings.operator_min_time_s
-    return settings.model_min_time_s if _energy_reason(device, settings) is None else 0.0
+    if _energy_reason(device, settings) is not None:
+        return 0.0
+    plan = settings.energy_plan()
+    return min(settings.model_min_time_s, plan.trials * plan.window_s)
 
 
 def measure(
@@ -307,8 +309,7 @@ def _interleaved_trials(
     if _energy_reason(device, settings) is not None:
         return trials
     wanted = [i for i, t in enumerate(targets) if t.energy]
-    chunks = {i: energy_chunk(device, settings, eagers[i].summary.median) for i in wanted}
-    for index in range(settings.trials):
+    for index in range(settings.energy_plan().trials):
         rng.shuffle(wanted)
         for i in wanted:
             trials[i].append(
@@ -317,7 +318,7 @@ def _interleaved_trials(
                     device,
                     settings,
                     index=index,
-                    chunk=chunks[i],
+                    per_call_s=eagers[i].summary.median,
                     gap_s=rng.uniform(0.0, settings.max_gap_s),
                     sleep=sleep,
                     clock=clock,

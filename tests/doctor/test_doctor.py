@@ -234,9 +234,16 @@ def test_settings_short_energy_windows_warn() -> None:
     row = settings_check(Settings(), "auto")
     assert row.status == "ok"
     assert row.value.startswith("device auto; timing 20 blocks ≥ 10 ms, whole model ≥ 3 s; ")
-    assert "energy windows ≥ 5 s" in row.value and "× 4 trials" in row.value
-    short = Settings(measure=MeasureSettings(energy_window_s=1.0))
+    assert "aligned energy windows ≥ 0.25 s" in row.value and "× 2 trials" in row.value
+    timed = Settings(measure=MeasureSettings(energy_windows="timed"))
+    row = settings_check(timed, "auto")
+    assert row.status == "ok" and "timed energy windows ≥ 5 s" in row.value
+    assert "≥ 50 counter periods) × 4 trials, warm-up 0.5 s" in row.value
+    short = Settings(measure=MeasureSettings(energy_windows="timed", energy_window_s=1.0))
     assert settings_check(short, "auto").status == "warn"
+    # Aligned windows are short by design: no warning.
+    aligned = Settings(measure=MeasureSettings(energy_window_s=1.0))
+    assert settings_check(aligned, "auto").status == "ok"
     off = Settings(measure=MeasureSettings(energy_window_s=1.0, energy=False))
     row = settings_check(off, "cpu")
     assert row.status == "ok" and row.value.endswith("; energy off")

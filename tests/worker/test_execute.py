@@ -8,6 +8,7 @@ import pytest
 import torch
 from sqlalchemy import select
 
+from operator_db.config import MeasureSettings
 from operator_db.db import queue
 from operator_db.db.models import Measurement
 from operator_db.db.store import Store
@@ -71,9 +72,15 @@ def test_inference_jobs_are_measured_with_autograd_off(
     assert seen == [False, False, False]
 
 
-def test_operators_are_timed_as_long_as_a_model_where_energy_is_read() -> None:
+def test_operators_are_timed_as_long_as_their_energy_windows_where_energy_is_read() -> None:
+    """Trials × window, at most a model's time: the regime their energy is read in."""
     device = FakeDevice(update_period_s=0.001)
     with_energy = fast_settings(operator_min_time_s=None, model_min_time_s=0.2)
+    assert operator_min_time_s(device, with_energy) == pytest.approx(2 * 0.02)
+    assert operator_min_time_s(device, MeasureSettings()) == pytest.approx(2 * 0.25)
+    timed = MeasureSettings(energy_windows="timed")
+    assert operator_min_time_s(device, timed) == 3.0  # the model's 3 s, not 4 × 5 s
+    with_energy = with_energy.model_copy(update={"energy_window_s": 0.3})
     assert operator_min_time_s(device, with_energy) == 0.2
     assert operator_min_time_s(device, with_energy.model_copy(update={"energy": False})) == 0.0
     no_energy = FakeDevice(has_energy_counter=False, has_power=False)
@@ -91,6 +98,7 @@ def test_an_operator_job_times_the_operator_for_the_minimum_time(store: Store) -
         block_min_s=0.002,
         max_blocks=10_000,
         warmup_s=0.01,  # blocks sized from a warm-up, not one cold first call
+        energy_window_s=0.1,  # 2 trials × 0.1 s: timed for 0.2 s
     )
     with store.transaction() as session:
         queue.enqueue_model(session, "tiny", device.identity().name, with_model_run=False)
