@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import Depends, FastAPI
 
-from api import metrics, openapi, problems
+from api import metrics, openapi, problems, ui
 from api.deps import refuse_nul
 from api.routes import router
 from operator_db import __version__
@@ -47,4 +47,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app, chosen)
     metrics.install(app)
     app.include_router(router)
+    ui.install(app)
     return app

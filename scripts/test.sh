@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command: set up .venv from the lock, make sure PostgreSQL answers, then lint (ruff
-# check, ruff format --check, hadolint on the Dockerfiles), type-check, check the migrations
-# against the models, and run the tests (SQLite and PostgreSQL). Extra arguments go to pytest
+# The test command: set up .venv from the lock and Chromium for the browser tests, make sure
+# PostgreSQL answers, then lint (ruff check, ruff format --check, hadolint on the Dockerfiles),
+# type-check, check the migrations against the models, and run the tests (SQLite and
+# PostgreSQL, and the pages in headless Chromium). Extra arguments go to pytest
 # (e.g. -k ingest, -m gpu).
 #
 #   bash scripts/test.sh --latest [PYTEST_ARGS...]   the same checks in .venv-latest, on the
@@ -19,6 +20,8 @@ if [ "${1:-}" = "--latest" ]; then
 else
   bash scripts/bootstrap.sh
 fi
+
+bash scripts/browser.sh   # Chromium for the browser tests (tests/ui), where it is missing
 
 pg_url="${OPDB_TEST_POSTGRES_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/test}"
 if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; then

@@ -46,6 +46,12 @@ from operator_db.db.queries.models import (
     model_summaries,
     models_configs,
 )
+from operator_db.db.queries.overview import (
+    NewestResult,
+    measurement_provenance,
+    models_measured_per_kind,
+    newest_measurements,
+)
 from operator_db.db.queries.peaks import PeakFigure, has_spec_peaks, peak_rows, replace_peaks
 from operator_db.db.queries.predictors import (
     add_predictors,
@@ -67,6 +73,10 @@ from operator_db.db.queries.results import (
 from operator_db.db.queries.tables import TABLES, row_counts
 
 __all__ = [
+    "NewestResult",
+    "measurement_provenance",
+    "models_measured_per_kind",
+    "newest_measurements",
     "sole_device_kind",
     "host_cpu_label",
     "configs_by_ids",

@@ -1,0 +1,302 @@
+"""The pages under /ui: overview, model, jobs, job, configuration; login where reads need a token.
+
+Each page calls the JSON API's own route functions (or the queries they call), so that what a page
+shows is what the API answers for the same question.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Annotated, Any, Literal, cast
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from api.deps import ReadSessionDep, get_settings_dep, token_right
+from api.problems import http_status
+from api.routes import configs, devices, jobs, models
+from api.routes.common import Name
+from api.ui import format as fmt
+from api.ui.svg import time_series_svg
+from operator_db.config import Settings
+from operator_db.db import queries, queue
+from operator_db.errors import InvalidInputError, OperatorDBError
+
+HERE = Path(__file__).resolve().parent
+COOKIE = "opdb_ui_token"
+"""The cookie a browser keeps the read token in (HttpOnly, SameSite=Strict, path /ui)."""
+JOBS_PAGE = 100
+"""Jobs the jobs page lists (newest first)."""
+MEASUREMENTS_PAGE = 200
+"""Results a configuration's page lists and charts (newest first)."""
+NEWEST = 20
+"""Results the overview lists."""
+
+templates = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(("html",)),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates.filters.update(
+    si=fmt.si, percent=fmt.percent, when=fmt.when, sort_key=fmt.sort_key, url=quote
+)
+templates.globals["dash"] = fmt.DASH
+
+
+class LoginRequiredError(Exception):
+    """Reads need a token and the browser sent none that is valid: go to the login page."""
+
+
+async def ui_read(
+    request: Request, settings: Annotated[Settings, Depends(get_settings_dep)]
+) -> None:
+    """Let a page be read: always where reads are open, else with a valid token.
+
+    The token comes from the ``Authorization: Bearer`` header or the login cookie.
+    """
+    if not settings.api_protect_reads:
+        return
+    header = request.headers.get("authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
+    if not token or token_right(settings, token) is None:
+        raise LoginRequiredError
+
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+pages = APIRouter(dependencies=[Depends(ui_read)])
+
+
+def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """Render template ``name`` with ``context``; every page gets the request and the nav."""
+    html = templates.get_template(name).render(request=request, **context)
+    return HTMLResponse(html, status_code=status_code)
+
+
+def error_page(request: Request, exc: OperatorDBError) -> HTMLResponse:
+    """Render an error of the library as a page with the status the API would answer."""
+    code = http_status(exc)
+    return render(request, "error.html", status_code=code, code=code, message=str(exc))
+
+
+@pages.get("/", response_class=HTMLResponse)
+def overview(request: Request, session: ReadSessionDep) -> HTMLResponse:
+    """Device kinds with their peaks and hosts, the queue, measured models, the newest results."""
+    kinds = [devices.get_device_kind(k.name, session) for k in devices.list_device_kinds(session)]
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for kind, status, n in queue.queue_counts_by_kind(session):
+        counts[kind][status] = n
+    return render(
+        request,
+        "overview.html",
+        kinds=kinds,
+        counts=counts,
+        totals=jobs.job_counts(session),
+        statuses=queue_statuses(),
+        measured=queries.models_measured_per_kind(session),
+        models_total=queries.model_count(session),
+        newest=queries.newest_measurements(session, limit=NEWEST),
+    )
+
+
+def queue_statuses() -> list[str]:
+    """Return the job statuses in the order the pages list them."""
+    return ["queued", "running", "done", "failed", "cancelled"]
+
+
+@pages.get("/models/{name}", response_class=HTMLResponse)
+def model_page(
+    request: Request,
+    name: str,
+    session: ReadSessionDep,
+    settings: Annotated[Settings, Depends(get_settings_dep)],
+    device_kind: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """Show a model: each measured kind's estimate against its run, side by side.
+
+    For the chosen kind (``device_kind``, else the first): the breakdown by operator type, the
+    roofline and the configurations.
+    """
+    try:
+        detail = models.get_model(name, session)
+        model = queries.get_model(session, name)
+        kinds = sorted(queries.kinds_measuring_model(session, model.id))
+        estimates = {
+            kind: models.get_estimate(
+                name,
+                session,
+                settings,
+                device_kind=kind,
+                limit=1000 if kind == (device_kind or kinds[0]) else 1,
+            )
+            for kind in kinds
+        }
+    except OperatorDBError as exc:
+        return error_page(request, exc)
+    chosen = device_kind if device_kind in estimates else (kinds[0] if kinds else None)
+    return render(
+        request,
+        "model.html",
+        model=detail,
+        kinds=kinds,
+        estimates=estimates,
+        chosen=chosen,
+        estimate=estimates.get(chosen) if chosen else None,
+    )
+
+
+@pages.get("/models/{name}/roofline.svg")
+def roofline(name: str, session: ReadSessionDep, device_kind: Name) -> Response:
+    """Draw the model on the kind's roofline, as the API does (SVG)."""
+    return models.get_roofline(name, session, device_kind, fmt="svg")
+
+
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
+StatusQuery = Annotated[str | None, Query(max_length=20, description="A status; empty: any.")]
+
+
+def _jobs_context(
+    session: ReadSessionDep, status: str | None, device_kind: str | None
+) -> dict[str, Any]:
+    """Return the jobs page's figures; an empty filter (the form's "any") is no filter."""
+    status = status or None
+    if status is not None and status not in queue_statuses():
+        raise InvalidInputError(
+            f"unknown job status {status!r}: one of {', '.join(queue_statuses())}"
+        )
+    page = jobs.list_jobs(
+        session,
+        limit=JOBS_PAGE,
+        offset=0,
+        status_=cast(JobStatus | None, status),
+        device_kind=device_kind,
+    )
+    return {
+        "jobs": page.items,
+        "total": page.total,
+        "totals": jobs.job_counts(session),
+        "statuses": queue_statuses(),
+        "status": status,
+        "device_kind": device_kind,
+        "kinds": [k.name for k in devices.list_device_kinds(session)],
+    }
+
+
+@pages.get("/jobs", response_class=HTMLResponse)
+def jobs_page(
+    request: Request,
+    session: ReadSessionDep,
+    status: StatusQuery = None,
+    device_kind: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """Show the queue, newest first: status, who holds each running job, a failed job's error."""
+    try:
+        context = _jobs_context(session, status, device_kind or None)
+    except OperatorDBError as exc:
+        return error_page(request, exc)
+    return render(request, "jobs.html", **context)
+
+
+@pages.get("/jobs/rows", response_class=HTMLResponse)
+def jobs_rows(
+    request: Request,
+    session: ReadSessionDep,
+    status: StatusQuery = None,
+    device_kind: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """Return the jobs table alone: what the jobs page fetches to refresh itself."""
+    try:
+        context = _jobs_context(session, status, device_kind or None)
+    except OperatorDBError as exc:
+        return error_page(request, exc)
+    return render(request, "jobs_table.html", **context)
+
+
+@pages.get("/jobs/{job_id}", response_class=HTMLResponse)
+def job_page(request: Request, job_id: int, session: ReadSessionDep) -> HTMLResponse:
+    """One job: what it measures, its state, its lease, its error and options."""
+    try:
+        job = jobs.get_job(job_id, session)
+    except OperatorDBError as exc:
+        return error_page(request, exc)
+    return render(request, "job.html", job=job)
+
+
+@pages.get("/configurations/{key}", response_class=HTMLResponse)
+def config_page(request: Request, key: str, session: ReadSessionDep) -> HTMLResponse:
+    """Show a configuration: what it is, its results over time, the newest one's provenance."""
+    try:
+        config = configs.get_configuration(key, session)
+        page = configs.list_measurements(key, session, limit=MEASUREMENTS_PAGE, offset=0)
+    except OperatorDBError as exc:
+        return error_page(request, exc)
+    series: dict[str, list[tuple[Any, float]]] = defaultdict(list)
+    for m in page.items:
+        series[f"{m.device_kind} · {m.timing} · {m.cache_mode}"].append(
+            (m.created_at, m.time_median_s)
+        )
+    newest = page.items[0] if page.items else None
+    provenance = queries.measurement_provenance(session, newest.id) if newest else {}
+    return render(
+        request,
+        "config.html",
+        config=config,
+        measurements=page.items,
+        total=page.total,
+        chart=time_series_svg(series, "s"),
+        newest=newest,
+        provenance=provenance,
+    )
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, next: str = "/ui/", failed: bool = False) -> HTMLResponse:  # noqa: A002
+    """Ask for a read token (only where the server protects reads)."""
+    return render(request, "login.html", next=_safe_next(next), failed=failed)
+
+
+@router.post("/login")
+def login(
+    settings: Annotated[Settings, Depends(get_settings_dep)],
+    token: Annotated[str, Form(max_length=1000)],
+    next: Annotated[str, Form(max_length=2000)] = "/ui/",  # noqa: A002
+) -> RedirectResponse:
+    """Keep a valid token in an HttpOnly cookie and go back to the page asked for."""
+    target = _safe_next(next)
+    if token_right(settings, token) is None:
+        return RedirectResponse(f"/ui/login?failed=true&next={quote(target)}", status_code=303)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui")
+    return response
+
+
+def _safe_next(target: str) -> str:
+    """Only a page of this app: no redirect elsewhere (``//host``, a scheme, a backslash)."""
+    if target.startswith("/ui/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/ui/"
+
+
+router.include_router(pages)
+
+
+def install(app: Any) -> None:
+    """Mount the pages and their assets on ``app``; a page that needs a token redirects to login."""
+    from fastapi.responses import RedirectResponse as Redirect
+
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+
+    async def _login(request: Request, _exc: Exception) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return Redirect(f"/ui/login?next={quote(target)}", status_code=303)
+
+    async def _slash() -> Response:
+        return Redirect("/ui/", status_code=308)
+
+    app.add_exception_handler(LoginRequiredError, _login)
+    app.add_api_route("/ui", _slash, include_in_schema=False)

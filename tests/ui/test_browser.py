@@ -1,0 +1,284 @@
+"""The pages in a real browser: Debian's headless Chromium, driven by Playwright.
+
+The app serves a seeded SQLite database on a loopback port; each page is loaded, its figures are
+checked against the JSON API's answer for the same question, the user clicks through model →
+configuration → job, and screenshots land in the test's temporary folder. A JavaScript error on
+a page, or an error on its console, fails the test. ``bash scripts/test.sh`` installs Chromium
+where it is missing (``scripts/browser.sh``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.ui import format as fmt
+from operator_db.config import Settings
+from operator_db.db import queue
+from operator_db.db.store import Store
+from tests.ui.seed import ERROR, KINDS, MODEL, OWNER, Seeded, seed
+
+CHROMIUM = os.environ.get("OPDB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+"""No network from the browser: the machine's closed network refuses Chromium's own calls."""
+
+if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+    pytest.fail(
+        f"no Chromium at {CHROMIUM}: run `bash scripts/browser.sh` (or set OPDB_CHROMIUM)",
+        pytrace=False,
+    )
+
+from playwright.sync_api import ConsoleMessage, Page, sync_playwright  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Site:
+    """The app on a loopback port, over the seeded database; ``api`` asks its JSON API."""
+
+    def __init__(self, url: str, db_url: str, seeded: Seeded) -> None:
+        self.url = url
+        self.db_url = db_url
+        self.seeded = seeded
+        self.api = httpx.Client(base_url=url, timeout=30)
+
+    def json(self, path: str, **params: Any) -> Any:
+        """GET ``path`` from the JSON API and return its body."""
+        response = self.api.get(path, params=params)
+        response.raise_for_status()
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """Serve the seeded database with uvicorn in a thread for the module's tests."""
+    folder = tmp_path_factory.mktemp("ui")
+    db_url = f"sqlite:///{folder / 'lab.sqlite'}"
+    seeded = seed(db_url)
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(Settings(database_url=db_url)),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield Site(f"http://127.0.0.1:{port}", db_url, seeded)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where a test's screenshots go (``UI_SHOTS_DIR`` names another folder, for the docs)."""
+    folder = Path(os.environ.get("UI_SHOTS_DIR", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module."""
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Page]:
+    """A fresh page that fails the test on a JavaScript error or a console error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            errors.append(f"console error: {message.text} ({message.location})")
+
+    tab.on("console", console)
+    tab.set_default_timeout(20_000)
+    yield tab
+    context.close()
+    assert not errors, errors
+
+
+def _text(page: Page, selector: str) -> str:
+    return page.locator(selector).inner_text().strip()
+
+
+def test_overview_shows_what_the_api_says(site: Site, page: Page, shots: Path) -> None:
+    page.goto(f"{site.url}/ui/")
+    assert page.title() == "Overview · operator-db"
+    for kind in site.json("/device-kinds"):
+        assert page.locator(f'article[data-kind="{kind["name"]}"] h3').inner_text() == kind["name"]
+    counts = site.json("/jobs/counts")
+    for status in ("queued", "running", "done", "failed"):
+        shown = _text(page, f'#queue td[data-status="{status}"]')
+        assert int(shown) == counts.get(status, 0), status
+    hosts = site.json("/hosts")
+    for host in hosts:
+        assert host["hostname"] in page.locator("#main").inner_text()
+    newest = page.locator("#newest tbody tr")
+    stored = site.json("/configurations")["total"] * len(KINDS)  # each measured on each kind
+    assert newest.count() == min(20, stored)
+    page.screenshot(path=str(shots / "ui-overview.png"), full_page=True)
+    # The first focusable thing is the skip link; Enter moves to the content.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+
+def test_model_configuration_job_click_through(site: Site, page: Page, shots: Path) -> None:
+    page.goto(f"{site.url}/ui/")
+    page.get_by_role("link", name=MODEL, exact=True).first.click()
+    page.wait_for_url(f"**/ui/models/{MODEL}?device_kind=*")
+    kind = KINDS[0]
+    estimate = site.json(f"/models/{MODEL}/estimate", device_kind=kind, limit=1000)
+    row = page.locator(f'#side-by-side tr[data-kind="{kind}"]')
+    assert _cell(row, "total_time_s") == fmt.si(estimate["total_time_s"], "s")
+    assert _cell(row, "full_run_time_s") == fmt.si(estimate["full_run_time_s"], "s")
+    assert _cell(row, "time_error") == fmt.percent(estimate["time_error"], signed=True)
+    assert _cell(row, "energy_j") == fmt.si(estimate["energy_j"], "J")
+    assert _cell(row, "coverage") == fmt.percent(estimate["coverage"])
+    assert page.locator("#side-by-side tbody tr").count() == len(KINDS)
+    configs = page.locator("#configurations tbody tr")
+    assert configs.count() == estimate["configurations_total"]
+    for shown, row_json in zip(
+        configs.all(), estimate["configurations"], strict=True
+    ):  # costliest first, as the API ranks them
+        assert shown.get_attribute("data-key") == row_json["key"]
+        assert _cell(shown, "time_per_call_s") == fmt.si(row_json["time_per_call_s"], "s")
+    roofline = page.locator("img.roofline")
+    roofline.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "document.querySelector('img.roofline').complete && "
+        "document.querySelector('img.roofline').naturalWidth > 0",
+        timeout=60_000,
+    )
+    # Sorting by the time per call, ascending, then descending, from the keyboard.
+    header = page.locator("#configurations thead th", has_text="time per call")
+    header.locator("button").focus()
+    page.keyboard.press("Enter")
+    assert header.get_attribute("aria-sort") == "ascending"
+    values = [float(v) for v in _sort_values(page, "#configurations", 3)]
+    assert values == sorted(values)
+    page.keyboard.press("Enter")
+    values = [float(v) for v in _sort_values(page, "#configurations", 3)]
+    assert values == sorted(values, reverse=True)
+    page.screenshot(path=str(shots / "ui-model.png"), full_page=True)
+
+    first = page.locator("#configurations tbody tr").first
+    key = first.get_attribute("data-key")
+    first.get_by_role("link").click()
+    page.wait_for_url(f"**/ui/configurations/{key}")
+    results = site.json(f"/configurations/{key}/measurements", limit=200)
+    assert page.locator("#measurements tbody tr").count() == len(results["items"])
+    newest = results["items"][0]
+    shown = page.locator(f'#measurements tr[data-id="{newest["id"]}"]')
+    assert _cell(shown, "time_median_s") == fmt.si(newest["time_median_s"], "s")
+    assert page.locator("svg.chart polyline").count() >= 1
+    page.screenshot(path=str(shots / "ui-configuration.png"), full_page=True)
+
+    job_link = page.locator("#measurements tbody tr a[href^='/ui/jobs/']").first
+    job_id = int(job_link.inner_text())
+    job_link.click()
+    page.wait_for_url(f"**/ui/jobs/{job_id}")
+    job = site.json(f"/jobs/{job_id}")
+    assert _text(page, '#job dd[data-field="status"]') == job["status"]
+
+
+def test_jobs_show_errors_and_holders_and_refresh_live(site: Site, page: Page, shots: Path) -> None:
+    page.goto(f"{site.url}/ui/jobs")
+    failed = page.locator(f'tr[data-job="{site.seeded.failed_job}"]')
+    assert ERROR in failed.inner_text()
+    running = page.locator(f'tr[data-job="{site.seeded.running_job}"]')
+    assert OWNER in running.inner_text() and "running" in running.inner_text()
+    assert page.locator("#jobs-table tbody tr").count() == site.json("/jobs")["total"]
+    page.screenshot(path=str(shots / "ui-jobs.png"), full_page=True)
+    # The worker holding the running job fails it: the page shows it without a reload.
+    with Store.open(site.db_url) as store, store.transaction() as session:
+        queue.fail_job(session, site.seeded.running_job, OWNER, "killed by the test", retry=False)
+    page.wait_for_function(
+        f"document.querySelector('tr[data-job=\"{site.seeded.running_job}\"]')"
+        ".textContent.includes('killed by the test')",
+        timeout=15_000,
+    )
+    assert site.json(f"/jobs/{site.seeded.running_job}")["status"] == "failed"
+    page.locator(f'tr[data-job="{site.seeded.failed_job}"] a').first.click()
+    page.wait_for_url(f"**/ui/jobs/{site.seeded.failed_job}")
+    assert _text(page, 'pre[data-field="last_error"]') == ERROR
+
+
+def test_a_phone_sees_the_overview_without_sideways_scrolling(
+    site: Site, browser: Any, shots: Path
+) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    tab = context.new_page()
+    tab.goto(f"{site.url}/ui/")
+    width = tab.evaluate("document.documentElement.scrollWidth")
+    assert width <= 391, width  # wide tables scroll inside their own box, not the page
+    tab.screenshot(path=str(shots / "ui-overview-phone.png"), full_page=True)
+    context.close()
+
+
+def test_an_unknown_model_is_a_404_page(site: Site, browser: Any) -> None:
+    """A page, not a stack trace: the API's message, status 404 (Chromium logs the 404 itself
+    on the console, so this page is watched for script errors only)."""
+    context = browser.new_context()
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    response = tab.goto(f"{site.url}/ui/models/no-such-model")
+    assert response is not None and response.status == 404
+    assert "no-such-model" in tab.locator("p.error").inner_text()
+    assert not errors
+    context.close()
+
+
+def _cell(row: Any, field: str) -> str:
+    return str(row.locator(f'[data-field="{field}"]').inner_text()).strip()
+
+
+def _sort_values(page: Page, table: str, column: int) -> list[str]:
+    return [
+        v
+        for v in page.eval_on_selector_all(
+            f"{table} tbody tr",
+            f"rows => rows.map(r => r.cells[{column}].dataset.sort)",
+        )
+        if v != ""
+    ]

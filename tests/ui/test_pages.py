@@ -1,0 +1,115 @@
+"""The pages without a browser, on SQLite and PostgreSQL: what each serves, tokens, bad input."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from api.app import create_app
+from api.ui import format as fmt
+from api.ui.pages import COOKIE
+from operator_db.config import Settings
+from tests.ui.seed import ERROR, KINDS, MODEL, OWNER, Seeded, seed
+
+READ = "reader-token"
+
+
+@pytest.fixture
+def seeded(db_url: str) -> Seeded:
+    return seed(db_url)
+
+
+@pytest.fixture
+def client(db_url: str, seeded: Seeded) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(database_url=db_url))) as c:
+        yield c
+
+
+def test_every_page_answers_html(client: TestClient, seeded: Seeded) -> None:
+    keys = [c["key"] for c in client.get("/configurations").json()["items"]]
+    for path in (
+        "/ui/",
+        f"/ui/models/{MODEL}",
+        f"/ui/models/{MODEL}?device_kind={KINDS[1]}",
+        "/ui/jobs",
+        "/ui/jobs?status=failed",
+        "/ui/jobs?status=&device_kind=",
+        "/ui/jobs/rows?status=running",
+        f"/ui/jobs/{seeded.failed_job}",
+        f"/ui/configurations/{keys[0]}",
+        "/ui/login",
+    ):
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.text[:300])
+        assert response.headers["content-type"].startswith("text/html")
+        assert '<main id="main">' in response.text or path.startswith("/ui/jobs/rows")
+    assert client.get("/ui", follow_redirects=False).headers["location"] == "/ui/"
+    assert client.get("/ui/static/ui.css").status_code == 200
+    assert client.get("/ui/static/ui.js").status_code == 200
+
+
+def test_the_model_page_shows_the_api_estimate_of_each_kind(client: TestClient) -> None:
+    html = client.get(f"/ui/models/{MODEL}").text
+    for kind in KINDS:
+        estimate = client.get(f"/models/{MODEL}/estimate", params={"device_kind": kind}).json()
+        row = re.search(rf'<tr data-kind="{re.escape(kind)}".*?</tr>', html, re.S)
+        assert row is not None, kind
+        assert fmt.si(estimate["total_time_s"], "s") in row.group(0)
+        assert fmt.percent(estimate["time_error"], signed=True) in row.group(0)
+        assert estimate["full_run_time_s"] is not None
+
+
+def test_the_jobs_page_says_who_holds_what_and_why_a_job_failed(
+    client: TestClient, seeded: Seeded
+) -> None:
+    html = client.get("/ui/jobs").text
+    assert OWNER in html and ERROR in html
+    rows = client.get("/ui/jobs/rows", params={"status": "failed"}).text
+    assert f'data-job="{seeded.failed_job}"' in rows
+    assert f'data-job="{seeded.running_job}"' not in rows
+
+
+def test_bad_input_gets_a_page_with_the_apis_status(client: TestClient) -> None:
+    missing = client.get("/ui/models/no-such-model")
+    assert missing.status_code == 404 and "no-such-model" in missing.text
+    assert client.get("/ui/configurations/deadbeef").status_code == 404
+    assert client.get("/ui/jobs/999999").status_code == 404
+    bad = client.get("/ui/jobs", params={"status": "exploded"})
+    assert bad.status_code == 422 and "unknown job status" in bad.text
+    assert client.get("/ui/models/x", params={"device_kind": "a" * 201}).status_code == 422
+    # Markup in a name is text, never markup.
+    hostile = client.get("/ui/models/<img src=x onerror=alert(1)>")
+    assert hostile.status_code == 404 and hostile.headers["content-type"].startswith("text/html")
+    assert "<img src=x" not in hostile.text and "&lt;img src=x" in hostile.text
+
+
+def test_protected_reads_ask_for_a_token_and_keep_it_in_a_cookie(db_url: str) -> None:
+    settings = Settings(
+        database_url=db_url, api_read_tokens=[SecretStr(READ)], api_protect_reads=True
+    )
+    with TestClient(create_app(settings)) as c:
+        first = c.get("/ui/jobs?status=failed", follow_redirects=False)
+        assert first.status_code == 303
+        assert first.headers["location"] == "/ui/login?next=/ui/jobs%3Fstatus%3Dfailed"
+        wrong = c.post(
+            "/ui/login", data={"token": "nope", "next": "/ui/jobs"}, follow_redirects=False
+        )
+        assert wrong.status_code == 303 and "failed=true" in wrong.headers["location"]
+        assert COOKIE not in wrong.cookies
+        # Only this app's pages are places to go back to.
+        elsewhere = c.post(
+            "/ui/login", data={"token": READ, "next": "//evil.example/"}, follow_redirects=False
+        )
+        assert elsewhere.headers["location"] == "/ui/"
+        good = c.post("/ui/login", data={"token": READ, "next": "/ui/jobs"}, follow_redirects=False)
+        assert good.status_code == 303 and good.headers["location"] == "/ui/jobs"
+        assert "httponly" in good.headers["set-cookie"].lower()
+        assert "samesite=strict" in good.headers["set-cookie"].lower()
+        assert c.get("/ui/jobs").status_code == 200  # the cookie
+        c.cookies.clear()
+        assert c.get("/ui/", headers={"Authorization": f"Bearer {READ}"}).status_code == 200
+        assert c.get("/ui/", follow_redirects=False).status_code == 303
