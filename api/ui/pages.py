@@ -24,7 +24,9 @@ from api.ui import format as fmt
 from api.ui.svg import time_series_svg
 from operator_db.config import Settings
 from operator_db.db import queries, queue
-from operator_db.errors import InvalidInputError, OperatorDBError
+from operator_db.errors import InvalidInputError, NotFoundError, OperatorDBError
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.rows import finite_values
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "opdb_ui_token"
@@ -115,29 +117,47 @@ def model_page(
     session: ReadSessionDep,
     settings: Annotated[Settings, Depends(get_settings_dep)],
     device_kind: Annotated[str | None, Query(max_length=200)] = None,
+    predict: bool = False,
 ) -> HTMLResponse:
     """Show a model: each measured kind's estimate against its run, side by side.
 
     For the chosen kind (``device_kind``, else the first): the breakdown by operator type, the
-    roofline and the configurations.
+    roofline and the configurations; with ``predict``, its configurations not measured there are
+    predicted by the kind's newest predictor (the API's ``predict=true``).
     """
+    predicted_note = None
     try:
-        detail = models.get_model(name, session)
         model = queries.get_model(session, name)
+        [detail] = queries.model_summaries(session, name=name)
         kinds = sorted(queries.kinds_measuring_model(session, model.id))
-        estimates = {
-            kind: models.get_estimate(
-                name,
-                session,
-                settings,
-                device_kind=kind,
-                limit=1000 if kind == (device_kind or kinds[0]) else 1,
+        chosen = device_kind if device_kind in kinds else (kinds[0] if kinds else None)
+        # The other kinds' rows need the estimate's summary only: the API's figures, without
+        # ranking and paging their configurations.
+        estimates: dict[str, Any] = {
+            kind: finite_values(
+                estimate_model(
+                    session,
+                    name,
+                    kind,
+                    peaks="best",
+                    between_ops_warn=settings.estimate_between_ops_warn,
+                ).summary()
             )
             for kind in kinds
+            if kind != chosen
         }
+        if chosen is not None:
+            try:
+                estimates[chosen] = models.get_estimate(
+                    name, session, settings, device_kind=chosen, predict=predict, limit=1000
+                )
+            except NotFoundError as exc:  # no predictor on the kind: say so, show the measured
+                predicted_note = str(exc)
+                estimates[chosen] = models.get_estimate(
+                    name, session, settings, device_kind=chosen, limit=1000
+                )
     except OperatorDBError as exc:
         return error_page(request, exc)
-    chosen = device_kind if device_kind in estimates else (kinds[0] if kinds else None)
     return render(
         request,
         "model.html",
@@ -146,6 +166,8 @@ def model_page(
         estimates=estimates,
         chosen=chosen,
         estimate=estimates.get(chosen) if chosen else None,
+        predict=predict,
+        predicted_note=predicted_note,
     )
 
 

@@ -63,6 +63,17 @@ def test_the_model_page_shows_the_api_estimate_of_each_kind(client: TestClient) 
         assert estimate["full_run_time_s"] is not None
 
 
+def test_predictions_are_asked_for_and_their_absence_said(client: TestClient) -> None:
+    """No predictor on the kind (``opdb predict train`` never ran): the measured ones, and why."""
+    html = client.get(f"/ui/models/{MODEL}", params={"predict": "true"}).text
+    assert "No prediction:" in html and "Measured ones only" in html
+    assert "Predict the unmeasured" in client.get(f"/ui/models/{MODEL}").text
+    # A kind the model is not measured on: the first measured kind, in full.
+    other = client.get(f"/ui/models/{MODEL}", params={"device_kind": "cpu:nowhere"}).text
+    rows = re.findall(r'<tr data-key="', other)
+    assert len(rows) == client.get(f"/models/{MODEL}").json()["configs"]
+
+
 def test_the_jobs_page_says_who_holds_what_and_why_a_job_failed(
     client: TestClient, seeded: Seeded
 ) -> None:
