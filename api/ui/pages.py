@@ -20,6 +20,7 @@ from api.deps import ReadSessionDep, get_settings_dep, token_right
 from api.problems import http_status
 from api.routes import configs, devices, jobs, models
 from api.routes.common import Name
+from api.routes.jobs import JobId
 from api.ui import format as fmt
 from api.ui.svg import time_series_svg
 from operator_db.config import Settings
@@ -208,6 +209,16 @@ def _jobs_context(
     }
 
 
+def _jobs(
+    request: Request, session: ReadSessionDep, status: str | None, kind: str | None, name: str
+) -> HTMLResponse:
+    try:
+        context = _jobs_context(session, status, kind or None)
+    except OperatorDBError as exc:
+        return error_page(request, exc)
+    return render(request, name, **context)
+
+
 @pages.get("/jobs", response_class=HTMLResponse)
 def jobs_page(
     request: Request,
@@ -216,11 +227,7 @@ def jobs_page(
     device_kind: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """Show the queue, newest first: status, who holds each running job, a failed job's error."""
-    try:
-        context = _jobs_context(session, status, device_kind or None)
-    except OperatorDBError as exc:
-        return error_page(request, exc)
-    return render(request, "jobs.html", **context)
+    return _jobs(request, session, status, device_kind, "jobs.html")
 
 
 @pages.get("/jobs/rows", response_class=HTMLResponse)
@@ -231,16 +238,12 @@ def jobs_rows(
     device_kind: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """Return the jobs table alone: what the jobs page fetches to refresh itself."""
-    try:
-        context = _jobs_context(session, status, device_kind or None)
-    except OperatorDBError as exc:
-        return error_page(request, exc)
-    return render(request, "jobs_table.html", **context)
+    return _jobs(request, session, status, device_kind, "jobs_table.html")
 
 
 @pages.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(request: Request, job_id: int, session: ReadSessionDep) -> HTMLResponse:
-    """One job: what it measures, its state, its lease, its error and options."""
+def job_page(request: Request, job_id: JobId, session: ReadSessionDep) -> HTMLResponse:
+    """Show one job: what it measures, its state, its lease, its error and options."""
     try:
         job = jobs.get_job(job_id, session)
     except OperatorDBError as exc:

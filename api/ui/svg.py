@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from html import escape
 
 from api.ui.format import si, when
@@ -55,11 +55,12 @@ def time_series_svg(series: Mapping[str, Sequence[tuple[datetime, float]]], unit
             f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2">'
             f"<title>{escape(name)}</title></polyline>"
         )
-        parts += [
-            f'<circle cx="{xy(t, v).split(",")[0]}" cy="{xy(t, v).split(",")[1]}" r="3" '
-            f'fill="{color}"><title>{escape(name)}: {escape(si(v, unit))}</title></circle>'
-            for t, v in ordered
-        ]
+        for t, v in ordered:
+            x, y = xy(t, v).split(",")
+            parts.append(
+                f'<circle cx="{x}" cy="{y}" r="3" fill="{color}">'
+                f"<title>{escape(name)}: {escape(si(v, unit))}</title></circle>"
+            )
         parts.append(
             f'<text x="{WIDTH - PAD}" y="{PAD + 14 * i}" text-anchor="end" fill="{color}">'
             f"{escape(name)}</text>"
@@ -69,6 +70,4 @@ def time_series_svg(series: Mapping[str, Sequence[tuple[datetime, float]]], unit
 
 
 def _dt(timestamp: float) -> datetime:
-    from datetime import UTC
-
     return datetime.fromtimestamp(timestamp, tz=UTC)

@@ -89,6 +89,7 @@ def test_bad_input_gets_a_page_with_the_apis_status(client: TestClient) -> None:
     assert missing.status_code == 404 and "no-such-model" in missing.text
     assert client.get("/ui/configurations/deadbeef").status_code == 404
     assert client.get("/ui/jobs/999999").status_code == 404
+    assert client.get("/ui/jobs/99999999999999999999").status_code == 422  # not a job id
     bad = client.get("/ui/jobs", params={"status": "exploded"})
     assert bad.status_code == 422 and "unknown job status" in bad.text
     assert client.get("/ui/models/x", params={"device_kind": "a" * 201}).status_code == 422
