@@ -166,11 +166,14 @@ class FakeDevice(Device):
         jitter = 0 if k <= 0 else (k * 2654435761 % 4294967296) * self._jitter_ns // 4294967296
         return self._t0_ns + k * self._period_ns + jitter
 
+    def _last_update(self, now_ns: int) -> int:
+        """Return the index k of the last counter update at or before ``now_ns``."""
+        k = max(0, (now_ns - self._t0_ns) // self._period_ns)
+        return k if self._update_ns(k) <= now_ns else k - 1
+
     def _updated_at_ns(self, now_ns: int) -> int:
         """Return the time of the last counter update at or before ``now_ns``."""
-        k = max(0, (now_ns - self._t0_ns) // self._period_ns)
-        updated = self._update_ns(k)
-        return updated if updated <= now_ns else self._update_ns(k - 1)
+        return self._update_ns(self._last_update(now_ns))
 
     def _segment(self, t_ns: int) -> int:
         return max(0, bisect.bisect_right(self._starts, t_ns) - 1)
@@ -213,16 +216,13 @@ class FakeDevice(Device):
         self._check("energy")
         if not self.has_energy_counter:
             return None
-        updated = self._updated_at_ns(self._clock())
         if self._sample_ns:
-            return int(self._sampled_at(updated))
+            return int(self._sampled_at(self._last_update(self._clock())))
+        updated = self._updated_at_ns(self._clock())
         return int(self.energy_between_mj(self._t0_ns, max(self._t0_ns, updated - self._lag_ns)))
 
-    def _sampled_at(self, updated_ns: int) -> float:
-        """Return a sampling counter's value at its update at ``updated_ns``, in mJ."""
-        k = max(0, (updated_ns - self._t0_ns) // self._period_ns)
-        if self._update_ns(k) > updated_ns:
-            k -= 1
+    def _sampled_at(self, k: int) -> float:
+        """Return a sampling counter's value at its k-th update, in mJ."""
         while len(self._sampled) <= k:
             i = len(self._sampled)
             at = self._update_ns(i) - self._lag_ns

@@ -213,7 +213,7 @@ def energy_trial(
     with window:
         opened = _next_update(device, run, shape.poll, timeout_s, clock) if shape.aligned else None
         if opened is not None and opened.counter_mj is None:
-            length_s = max(length_s, _timed_length_s(device, settings, length_s))
+            length_s = _timed_length_s(device, settings, length_s)
         start = clock()
         for _ in range(settings.energy_window_min_calls):
             run()
@@ -223,16 +223,17 @@ def energy_trial(
                 run()
             calls += chunk
             masks.append(_telemetry(device)[1])
-        aligned = opened is not None and opened.counter_mj is not None
-        closed = _next_update(device, run, shape.poll, timeout_s, clock) if aligned else None
+        closed = None
+        if opened is not None and opened.counter_mj is not None:
+            closed = _next_update(device, run, shape.poll, timeout_s, clock)
     after, mask = _telemetry(device)
     masks.append(mask)
     violation = _violation_deltas(counters, _violations(device))
     assert window.result is not None
     result = window.result
-    if opened is not None and (closed is None or closed.counter_mj is None):
+    aligned = closed is not None and closed.counter_mj is not None
+    if opened is not None and not aligned:
         # Not aligned after all: the window as timed, with every call it held.
-        aligned = False
         calls += opened.calls + (closed.calls if closed is not None else 0)
     elif opened is not None and closed is not None:
         # From the update seen at the start to the one seen at the end, and the calls between.
