@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from api.deps import ReadSessionDep, get_settings_dep, token_right
+from api.deps import Credentials, ReadSessionDep, get_settings_dep, token_right
 from api.problems import http_status
 from api.routes import configs, devices, jobs, models
 from api.routes.common import Name
@@ -25,6 +25,7 @@ from api.ui import format as fmt
 from api.ui.svg import time_series_svg
 from operator_db.config import Settings
 from operator_db.db import queries, queue
+from operator_db.db.models import JOB_STATUSES
 from operator_db.errors import InvalidInputError, NotFoundError, OperatorDBError
 from operator_db.estimate.compose import estimate_model
 from operator_db.estimate.rows import finite_values
@@ -56,16 +57,18 @@ class LoginRequiredError(Exception):
 
 
 async def ui_read(
-    request: Request, settings: Annotated[Settings, Depends(get_settings_dep)]
+    request: Request,
+    settings: Annotated[Settings, Depends(get_settings_dep)],
+    credentials: Credentials = None,
 ) -> None:
     """Let a page be read: always where reads are open, else with a valid token.
 
-    The token comes from the ``Authorization: Bearer`` header or the login cookie.
+    The token comes from the ``Authorization: Bearer`` header (the API's scheme) or the login
+    cookie.
     """
     if not settings.api_protect_reads:
         return
-    header = request.headers.get("authorization", "")
-    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
+    token = credentials.credentials if credentials else request.cookies.get(COOKIE)
     if not token or token_right(settings, token) is None:
         raise LoginRequiredError
 
@@ -81,7 +84,10 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
 
 
 def error_page(request: Request, exc: OperatorDBError) -> HTMLResponse:
-    """Render an error of the library as a page with the status the API would answer."""
+    """Render an error of the library as a page with the status the API would answer.
+
+    ``install`` makes it the answer to any such error a page raises.
+    """
     code = http_status(exc)
     return render(request, "error.html", status_code=code, code=code, message=str(exc))
 
@@ -91,24 +97,21 @@ def overview(request: Request, session: ReadSessionDep) -> HTMLResponse:
     """Device kinds with their peaks and hosts, the queue, measured models, the newest results."""
     kinds = [devices.get_device_kind(k.name, session) for k in devices.list_device_kinds(session)]
     counts: dict[str, dict[str, int]] = defaultdict(dict)
+    totals: dict[str, int] = defaultdict(int)
     for kind, status, n in queue.queue_counts_by_kind(session):
         counts[kind][status] = n
+        totals[status] += n
     return render(
         request,
         "overview.html",
         kinds=kinds,
         counts=counts,
-        totals=jobs.job_counts(session),
-        statuses=queue_statuses(),
+        totals=totals,
+        statuses=JOB_STATUSES,
         measured=queries.models_measured_per_kind(session),
         models_total=queries.model_count(session),
         newest=queries.newest_measurements(session, limit=NEWEST),
     )
-
-
-def queue_statuses() -> list[str]:
-    """Return the job statuses in the order the pages list them."""
-    return ["queued", "running", "done", "failed", "cancelled"]
 
 
 @pages.get("/models/{name}", response_class=HTMLResponse)
@@ -127,38 +130,35 @@ def model_page(
     predicted by the kind's newest predictor (the API's ``predict=true``).
     """
     predicted_note = None
-    try:
-        model = queries.get_model(session, name)
-        [detail] = queries.model_summaries(session, name=name)
-        kinds = sorted(queries.kinds_measuring_model(session, model.id))
-        chosen = device_kind if device_kind in kinds else (kinds[0] if kinds else None)
-        # The other kinds' rows need the estimate's summary only: the API's figures, without
-        # ranking and paging their configurations.
-        estimates: dict[str, Any] = {
-            kind: finite_values(
-                estimate_model(
-                    session,
-                    name,
-                    kind,
-                    peaks="best",
-                    between_ops_warn=settings.estimate_between_ops_warn,
-                ).summary()
+    model = queries.get_model(session, name)
+    [detail] = queries.model_summaries(session, name=name)
+    kinds = sorted(queries.kinds_measuring_model(session, model.id))
+    chosen = device_kind if device_kind in kinds else (kinds[0] if kinds else None)
+    # The other kinds' rows need the estimate's summary only: the API's figures, without
+    # ranking and paging their configurations.
+    estimates: dict[str, Any] = {
+        kind: finite_values(
+            estimate_model(
+                session,
+                name,
+                kind,
+                peaks="best",
+                between_ops_warn=settings.estimate_between_ops_warn,
+            ).summary()
+        )
+        for kind in kinds
+        if kind != chosen
+    }
+    if chosen is not None:
+        try:
+            estimates[chosen] = models.get_estimate(
+                name, session, settings, device_kind=chosen, predict=predict, limit=1000
             )
-            for kind in kinds
-            if kind != chosen
-        }
-        if chosen is not None:
-            try:
-                estimates[chosen] = models.get_estimate(
-                    name, session, settings, device_kind=chosen, predict=predict, limit=1000
-                )
-            except NotFoundError as exc:  # no predictor on the kind: say so, show the measured
-                predicted_note = str(exc)
-                estimates[chosen] = models.get_estimate(
-                    name, session, settings, device_kind=chosen, limit=1000
-                )
-    except OperatorDBError as exc:
-        return error_page(request, exc)
+        except NotFoundError as exc:  # no predictor on the kind: say so, show the measured
+            predicted_note = str(exc)
+            estimates[chosen] = models.get_estimate(
+                name, session, settings, device_kind=chosen, limit=1000
+            )
     return render(
         request,
         "model.html",
@@ -187,10 +187,8 @@ def _jobs_context(
 ) -> dict[str, Any]:
     """Return the jobs page's figures; an empty filter (the form's "any") is no filter."""
     status = status or None
-    if status is not None and status not in queue_statuses():
-        raise InvalidInputError(
-            f"unknown job status {status!r}: one of {', '.join(queue_statuses())}"
-        )
+    if status is not None and status not in JOB_STATUSES:
+        raise InvalidInputError(f"unknown job status {status!r}: one of {', '.join(JOB_STATUSES)}")
     page = jobs.list_jobs(
         session,
         limit=JOBS_PAGE,
@@ -202,7 +200,7 @@ def _jobs_context(
         "jobs": page.items,
         "total": page.total,
         "totals": jobs.job_counts(session),
-        "statuses": queue_statuses(),
+        "statuses": JOB_STATUSES,
         "status": status,
         "device_kind": device_kind,
         "kinds": [k.name for k in devices.list_device_kinds(session)],
@@ -212,11 +210,7 @@ def _jobs_context(
 def _jobs(
     request: Request, session: ReadSessionDep, status: str | None, kind: str | None, name: str
 ) -> HTMLResponse:
-    try:
-        context = _jobs_context(session, status, kind or None)
-    except OperatorDBError as exc:
-        return error_page(request, exc)
-    return render(request, name, **context)
+    return render(request, name, **_jobs_context(session, status, kind or None))
 
 
 @pages.get("/jobs", response_class=HTMLResponse)
@@ -244,21 +238,14 @@ def jobs_rows(
 @pages.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: JobId, session: ReadSessionDep) -> HTMLResponse:
     """Show one job: what it measures, its state, its lease, its error and options."""
-    try:
-        job = jobs.get_job(job_id, session)
-    except OperatorDBError as exc:
-        return error_page(request, exc)
-    return render(request, "job.html", job=job)
+    return render(request, "job.html", job=jobs.get_job(job_id, session))
 
 
 @pages.get("/configurations/{key}", response_class=HTMLResponse)
 def config_page(request: Request, key: str, session: ReadSessionDep) -> HTMLResponse:
     """Show a configuration: what it is, its results over time, the newest one's provenance."""
-    try:
-        config = configs.get_configuration(key, session)
-        page = configs.list_measurements(key, session, limit=MEASUREMENTS_PAGE, offset=0)
-    except OperatorDBError as exc:
-        return error_page(request, exc)
+    config = configs.get_configuration(key, session)
+    page = configs.list_measurements(key, session, limit=MEASUREMENTS_PAGE, offset=0)
     series: dict[str, list[tuple[Any, float]]] = defaultdict(list)
     for m in page.items:
         series[f"{m.device_kind} · {m.timing} · {m.cache_mode}"].append(
@@ -310,18 +297,31 @@ router.include_router(pages)
 
 
 def install(app: Any) -> None:
-    """Mount the pages and their assets on ``app``; a page that needs a token redirects to login."""
-    from fastapi.responses import RedirectResponse as Redirect
+    """Mount the pages and their assets on ``app``.
 
+    A page that needs a token redirects to the login; an error of the library on an HTML page is
+    an error page (elsewhere, the roofline's SVG included, still the API's problem document,
+    ``api.problems``).
+    """
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
 
     async def _login(request: Request, _exc: Exception) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return Redirect(f"/ui/login?next={quote(target)}", status_code=303)
+        return RedirectResponse(f"/ui/login?next={quote(target)}", status_code=303)
 
     async def _slash() -> Response:
-        return Redirect("/ui/", status_code=308)
+        return RedirectResponse("/ui/", status_code=308)
+
+    problem = app.exception_handlers[OperatorDBError]
+
+    async def _error(request: Request, exc: Exception) -> Response:
+        route = request.scope.get("route")
+        page = route in pages.routes and getattr(route, "response_class", None) is HTMLResponse
+        if page and isinstance(exc, OperatorDBError):
+            return error_page(request, exc)
+        return cast(Response, await problem(request, exc))
 
     app.add_exception_handler(LoginRequiredError, _login)
+    app.add_exception_handler(OperatorDBError, _error)
     app.add_api_route("/ui", _slash, include_in_schema=False)
