@@ -41,6 +41,16 @@ DEVICE_PASSES = 32
 """Most passes whose calls a device timer marks (every other pass until then): their median
 is each call's device time; the rest time the host's issue of each call."""
 
+HOLD_CHUNK = 64
+"""Calls issued behind one hold of the device's stream in a marked pass: few enough that the
+chunk's launches and marks fit the device's launch queue while the hold keeps it busy."""
+HOLD_MIN_S = 200e-6
+"""The shortest hold of the device's stream before a chunk of a marked pass, s."""
+MARK_COST_S = 5e-6
+"""Host time allowed per mark when sizing a hold (a CUDA event record takes a few µs), s."""
+HOLD_RETRIES = 6
+"""Marked passes redone with a hold twice as long where the device caught up with the host."""
+
 
 class CallTimer(Protocol):
     """Marks on an asynchronous device's stream between calls (CUDA events), read afterwards."""
@@ -54,12 +64,48 @@ class CallTimer(Protocol):
     def synchronize(self) -> None:
         """Wait until the device has done the work issued so far."""
 
+    def hold(self, seconds: float) -> object:
+        """Keep the device's stream busy for about ``seconds`` (s); return a mark after it.
+
+        The hold is work that touches no memory, so that the host issues what follows before
+        the device runs it.
+        """
+
+    def reached(self, mark: object) -> bool:
+        """Whether the device has already passed ``mark`` (without waiting)."""
+
 
 class CudaCallTimer:
-    """:class:`CallTimer` over CUDA events on a stream (the current one by default)."""
+    """:class:`CallTimer` over CUDA events on a stream (the current one by default).
+
+    Holds are ``torch.cuda._sleep`` spins, their cycles per second calibrated on first use.
+    """
 
     def __init__(self, stream: torch.cuda.Stream | None = None) -> None:
         self._stream = stream
+        self._cycles_per_s: float | None = None
+
+    def _calibrate(self) -> float:
+        """Return the spin kernel's clock cycles per second, from one timed spin."""
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]  # warm-up: the first launch loads the kernel
+        start = self.mark()
+        torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]
+        end = self.mark()
+        seconds = self.spans_s([start, end])[0]
+        return cycles / seconds if seconds > 0 else 1e9
+
+    def hold(self, seconds: float) -> object:
+        """Spin the stream for about ``seconds`` (s); return an event after the spin."""
+        with torch.cuda.stream(self._stream or torch.cuda.current_stream()):
+            if self._cycles_per_s is None:
+                self._cycles_per_s = self._calibrate()
+            torch.cuda._sleep(max(1, int(seconds * self._cycles_per_s)))  # type: ignore[no-untyped-call]
+        return self.mark()
+
+    def reached(self, mark: object) -> bool:
+        """Whether the event has completed."""
+        return isinstance(mark, torch.cuda.Event) and bool(mark.query())  # type: ignore[no-untyped-call]
 
     def mark(self) -> object:
         """Record a timing event on the stream."""
@@ -97,6 +143,9 @@ class ReplayFigures:
     """Share of the calls fed the previous call's output (the rest read their own inputs)."""
     copies: int
     """Module instances made for call positions beyond each configuration's first."""
+    caught_up: int = 0
+    """Marked passes in which the device caught up with the host despite the longest hold (their
+    spans may include waits for the host); 0 on a synchronous device."""
 
 
 def _first_tensor(value: object) -> torch.Tensor | None:
@@ -119,7 +168,8 @@ class Replay:
 
     On an asynchronous device (``device_timer``: a GPU) a call's time on the host is the time to
     issue it, not its cost: every other pass (up to ``DEVICE_PASSES``) marks the device's stream
-    between calls instead, and those marks give each call's device time in context; the other
+    between calls instead, with the stream held so that the device runs the calls back to back
+    (:meth:`_marked_pass`), and those marks give each call's device time in context; the other
     passes give each call's issue time in context (``ReplayFigures.host_per_call_s``).
     """
 
@@ -135,7 +185,7 @@ class Replay:
         self._clock = clock
         self._chain = chain
         self._timer = device_timer
-        self._marked: list[list[object]] = []
+        self._marked: list[list[list[object]]] = []
         self._keys = sorted({key for key, _ in calls})
         index = {key: i for i, key in enumerate(self._keys)}
         self._counts = [0] * len(self._keys)
@@ -156,6 +206,9 @@ class Replay:
         self._steps = steps
         self._passes: list[list[int]] = []
         self._chained = 0
+        self._hold_factor = 2.0
+        self.caught_up = 0
+        """Marked passes that counted although the device caught up with the host in them."""
 
     @property
     def calls(self) -> int:
@@ -165,36 +218,70 @@ class Replay:
     def __call__(self) -> object:
         """Run one pass: every call in order, each timed; return the last call's output."""
         timer = self._timer
-        marking = (
+        if (
             timer is not None
             and len(self._marked) < DEVICE_PASSES
             and len(self._passes) > len(self._marked)  # every other pass, from the second
-        )
+        ):
+            return self._marked_pass(timer)
         clock = self._clock
         spent = [0] * len(self._keys)
-        if timer is not None and not marking:
+        if timer is not None:
             # An empty queue: a device-bound pass would otherwise block the host once the launch
             # queue fills, and that wait is not the host's issue time.
             timer.synchronize()
-        marks = [timer.mark()] if timer is not None and marking else []
         last: torch.Tensor | None = None
         out: Any = None
         chained = 0
         for i, built in self._steps:
             args = self._arguments(built, last)
             chained += args is not built.args
-            if timer is not None and marking:
-                out = built.fn(*args, **built.kwargs)
-                marks.append(timer.mark())
-            else:
-                start = clock()
-                out = built.fn(*args, **built.kwargs)
-                spent[i] += clock() - start
+            start = clock()
+            out = built.fn(*args, **built.kwargs)
+            spent[i] += clock() - start
             last = _first_tensor(out)
-        if marking:
-            self._marked.append(marks)
-        else:
-            self._passes.append(spent)
+        self._passes.append(spent)
+        self._chained = chained
+        return out
+
+    def _marked_pass(self, timer: CallTimer) -> object:
+        """Run one pass with a device mark after each call, the device held behind the host.
+
+        Marks alone would time the gaps where the device waits for the host to issue the next
+        call (at batch 1 most of a pass): before each chunk of :data:`HOLD_CHUNK` calls the
+        stream is held for longer than the host takes to issue the chunk (twice the last host
+        pass's share, marks included), so the chunk's calls run back to back and each span is
+        the call's device time. Where the device passed the chunk's first mark before the host
+        had issued the chunk, the pass is redone with a hold twice as long
+        (:data:`HOLD_RETRIES` times at most; then it counts as it is, and ``caught_up`` says
+        so).
+        """
+        host_s = sum(self._passes[-1]) / 1e9 if self._passes else 0.0
+        out: Any = None
+        for _ in range(HOLD_RETRIES + 1):
+            chunks: list[list[object]] = []
+            caught_up = False
+            last: torch.Tensor | None = None
+            chained = 0
+            for first in range(0, len(self._steps), HOLD_CHUNK):
+                steps = self._steps[first : first + HOLD_CHUNK]
+                share = host_s * len(steps) / max(1, len(self._steps))
+                hold_s = max(HOLD_MIN_S, self._hold_factor * (share + MARK_COST_S * len(steps)))
+                marks = [timer.hold(hold_s)]
+                for _, built in steps:
+                    args = self._arguments(built, last)
+                    chained += args is not built.args
+                    out = built.fn(*args, **built.kwargs)
+                    marks.append(timer.mark())
+                    last = _first_tensor(out)
+                caught_up = caught_up or timer.reached(marks[0])
+                chunks.append(marks)
+            timer.synchronize()
+            if not caught_up:
+                break
+            self._hold_factor *= 2
+        self.caught_up += caught_up
+        self._marked.append(chunks)
         self._chained = chained
         return out
 
@@ -225,9 +312,10 @@ class Replay:
         if self._timer is None or not self._marked:
             return self._figures(host, None, len(self._passes))
         device: list[list[float]] = []
-        for marks in self._marked:
+        for chunks in self._marked:
             spent = [0.0] * len(self._keys)
-            for (i, _), span in zip(self._steps, self._timer.spans_s(marks), strict=True):
+            spans = [span for marks in chunks for span in self._timer.spans_s(marks)]
+            for (i, _), span in zip(self._steps, spans, strict=True):
                 spent[i] += span
             device.append(spent)
         return self._figures(self._per_key(device), host, len(self._marked))
@@ -249,6 +337,7 @@ class Replay:
             self.calls,
             self._chained / self.calls if self.calls else 0.0,
             self.copies,
+            self.caught_up,
         )
 
 

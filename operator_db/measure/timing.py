@@ -21,6 +21,7 @@ import torch
 from operator_db.devices.base import Clock, Device
 from operator_db.errors import DeviceContextLostError, MeasurementError
 from operator_db.measure.flags import Flag
+from operator_db.measure.generator import repair_generator
 from operator_db.measure.settings import MeasureSettings
 from operator_db.measure.stats import Summary, summarize
 from operator_db.ops.build import first_line
@@ -424,6 +425,7 @@ def _after_failed_capture(message: str) -> None:
             "a failed CUDA graph capture left the stream capturing (torch "
             f"{torch.__version__}): the process must restart"
         )
+    repair_generator()
 
 
 def time_cuda_graph(

@@ -412,5 +412,6 @@ def _replay_column(replay: Replay, result: MeasureResult, ids: dict[str, int]) -
         "calls": figures.calls,
         "chained": figures.chained,
         "copies": figures.copies,
+        "caught_up": figures.caught_up,
         "flags": [str(f) for f in result.eager.flags],
     }

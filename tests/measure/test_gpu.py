@@ -14,8 +14,9 @@ import pytest
 import torch
 from torch.utils import benchmark
 
-from operator_db.config import MeasureSettings
+from operator_db.config import MeasureSettings, Settings
 from operator_db.devices import NvidiaDevice
+from operator_db.doctor.energy import overhead_check
 from operator_db.measure.engine import measure
 from tests.helpers import require_gpu
 
@@ -59,24 +60,30 @@ def test_large_matmul_matches_torch_benchmark(gpu: NvidiaDevice) -> None:
 
 
 def test_sampler_overhead_on_time(gpu: NvidiaDevice) -> None:
-    """Per-call time inside energy windows (sampler thread running) vs plain timed blocks."""
+    """The power sampler's thread costs the op under 2 %: blocks of the matmul with and without
+    it, alternating, so that both see the same clocks. (Plain blocks measured before 5 s energy
+    windows are not a fair baseline: a 4096² fp16 matmul runs at the H100's 700 W cap, and on
+    2026-11-25 its plain blocks ran 204.1 µs and then 213.9 µs against 210.8 µs in the windows,
+    +3.4 % and -1.5 % from the clocks alone.) Then energy per call inside windows is present and
+    its counter agrees with the integrated power."""
     run, *_ = _matmul(4096)
+    check = overhead_check(gpu, run, Settings(), block_s=0.5, pairs=6)
     settings = MeasureSettings(energy_window_s=5.0, trials=2, max_gap_s=0.05)
     result = measure(run, gpu, settings)
     plain = result.eager.summary.median
     in_window = [t.window.duration_s / t.calls for t in result.trials]
-    overhead = max(in_window) / plain - 1
     energy = result.energy_per_call
     power = result.power_mean_w
     disagreement = result.disagreement  # None where power or the counter is missing
     print(
-        f"\n4096² fp16 matmul: {plain * 1e6:.1f} µs plain, {min(in_window) * 1e6:.1f}–"
-        f"{max(in_window) * 1e6:.1f} µs in energy windows (overhead {overhead:+.2%}); "
+        f"\n4096² fp16 matmul: {check.value}; {plain * 1e6:.1f} µs plain, "
+        f"{min(in_window) * 1e6:.1f}–{max(in_window) * 1e6:.1f} µs in energy windows "
+        f"(flags {', '.join(result.flags) or 'none'}); "
         f"{f'{energy.median * 1e3:.3f}' if energy else 'no'} mJ/call, "
         f"{f'{power:.0f}' if power is not None else 'no'} W, counter vs integral "
         f"{f'{disagreement:+.2%}' if disagreement is not None else 'n/a (no power samples)'}"
     )
-    assert overhead < 0.02
+    assert check.data["overhead"] < 0.02
     assert energy is not None and energy.median > 0
     assert result.energy_source == "counter"
     if disagreement is not None:

@@ -8,7 +8,13 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from operator_db.measure.replay import DEVICE_PASSES, Replay
+from operator_db.measure.replay import (
+    DEVICE_PASSES,
+    HOLD_CHUNK,
+    HOLD_RETRIES,
+    MARK_COST_S,
+    Replay,
+)
 from operator_db.ops import build_op
 from operator_db.specs import OperatorSpec
 from tests.helpers import linear_op, relu_op
@@ -76,20 +82,34 @@ def test_figures_before_any_pass_are_an_error() -> None:
 
 
 class _ScriptedDevice:
-    """A fake asynchronous device: each call's device time is scripted, in call order."""
+    """A fake asynchronous device: each call's device time is scripted, in call order; the
+    device catches up with the host (``reached``) while a hold is shorter than ``catch_up_s``."""
 
-    def __init__(self, per_call_s: list[float]) -> None:
+    def __init__(self, per_call_s: list[float], catch_up_s: float = 0.0) -> None:
         self.per_call_s = per_call_s
+        self.catch_up_s = catch_up_s
         self.marks = 0
         self.syncs = 0
+        self.holds: list[float] = []
+        self._cursor = 0
 
     def mark(self) -> object:
         self.marks += 1
         return self.marks
 
+    def hold(self, seconds: float) -> object:
+        self.holds.append(seconds)
+        return ("hold", seconds)
+
+    def reached(self, mark: object) -> bool:
+        assert isinstance(mark, tuple) and mark[0] == "hold"
+        return bool(mark[1] < self.catch_up_s)
+
     def spans_s(self, marks: Sequence[object]) -> list[float]:
-        assert len(marks) == len(self.per_call_s) + 1  # one before the first call, one after each
-        return list(self.per_call_s)
+        spans = len(marks) - 1  # one mark before the chunk's first call, one after each
+        out = [self.per_call_s[(self._cursor + k) % len(self.per_call_s)] for k in range(spans)]
+        self._cursor += spans
+        return out
 
     def synchronize(self) -> None:
         self.syncs += 1
@@ -115,6 +135,40 @@ def test_on_an_asynchronous_device_passes_alternate_host_issue_and_device_marks(
     assert figures.per_call_s == pytest.approx({"lin": 2e-3, "relu": 0.5e-3})
     assert figures.host_per_call_s == pytest.approx({"lin": 3e-6, "relu": 3e-6})
     assert figures.passes == DEVICE_PASSES  # then every pass times the host
-    assert device.marks == DEVICE_PASSES * 6
-    assert device.syncs == DEVICE_PASSES + 6  # the queue is empty before each host pass
+    assert device.marks == DEVICE_PASSES * 5  # after each call; the hold gives the first
+    assert len(device.holds) == DEVICE_PASSES  # 5 calls: one chunk a pass
+    assert device.syncs == 2 * DEVICE_PASSES + 6  # before each host pass, after each marked one
     assert figures.chained == pytest.approx(4 / 5)  # marked passes chain as the others do
+
+
+def test_a_marked_pass_holds_the_device_longer_until_it_no_longer_catches_up() -> None:
+    """At batch 1 a GPU runs a call faster than the host issues the next: marks alone would time
+    the host. Each chunk of a marked pass is issued behind a hold of the stream, twice the
+    host's issue time; where the device still caught up, the pass is redone with a hold twice
+    as long, and figures only count passes the device did not catch up in."""
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    calls = [("relu", relu)] * HOLD_CHUNK  # one chunk
+    device = _ScriptedDevice([1e-6], catch_up_s=3e-3)
+    ticks = itertools.count(0, 10_000)  # 10 µs to issue any call
+    replay = Replay(calls, device_timer=device, clock=lambda: next(ticks))
+    with torch.no_grad():
+        replay()  # host pass: 64 calls x 10 µs
+        replay()  # marked
+    first_chunk = 2 * (HOLD_CHUNK * 10e-6 + HOLD_CHUNK * MARK_COST_S)
+    assert device.holds[0] == pytest.approx(first_chunk)  # 1.92 ms < 3 ms: caught up
+    assert device.holds[1:] == pytest.approx([2 * first_chunk])  # redone, twice as long
+    figures = replay.figures()
+    assert figures.per_call_s == pytest.approx({"relu": 1e-6})
+    assert figures.passes == 1
+    assert figures.caught_up == 0
+
+
+def test_a_device_that_always_catches_up_is_said() -> None:
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    device = _ScriptedDevice([1e-6], catch_up_s=float("inf"))
+    replay = Replay([("relu", relu)], device_timer=device, clock=itertools.count(0, 1000).__next__)
+    with torch.no_grad():
+        replay()
+        replay()
+    assert len(device.holds) == HOLD_RETRIES + 1
+    assert replay.figures().caught_up == 1

@@ -15,7 +15,7 @@ import torch
 
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import DeviceContextLostError, MeasurementError
-from operator_db.measure import engine, timing
+from operator_db.measure import engine, generator, timing
 from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.measure.engine import measure
 from operator_db.measure.settings import fast_settings
@@ -180,7 +180,7 @@ def test_a_failed_capture_on_an_old_torch_turns_graphs_off_for_the_process(
     monkeypatch.setattr(timing, "_graphs_off", None)
     monkeypatch.setattr(torch, "__version__", version)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: None)
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: _Probe())
     with pytest.raises(MeasurementError, match="CUDA graph capture failed: RuntimeError"):
         time_cuda_graph(_failing(cuda), fast_settings(), 10e-6)
     off = graph_timing_unavailable()
@@ -191,6 +191,48 @@ def test_a_failed_capture_on_an_old_torch_turns_graphs_off_for_the_process(
             time_cuda_graph(lambda: cuda.call(1e-6, 10e-6), fast_settings(), 10e-6)
     else:  # the next op is captured as usual
         assert time_cuda_graph(lambda: cuda.call(1e-6, 10e-6), fast_settings(), 10e-6)
+
+
+class _Probe:
+    """A one-element CUDA tensor whose random fill fails while ``stuck`` (the generator's state
+    left capturing by a failed capture)."""
+
+    stuck = False
+
+    def uniform_(self) -> None:
+        if _Probe.stuck:
+            raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
+
+
+@pytest.mark.parametrize("fresh_state_helps", [True, False])
+def test_a_generator_left_capturing_gets_a_fresh_state(
+    cuda: FakeCuda, monkeypatch: pytest.MonkeyPatch, fresh_state_helps: bool
+) -> None:
+    """On torch 2.11 (an H100) a failed capture left the CUDA generator capturing: every later
+    random fill of the process failed, a model's weights too. The generator gets a fresh state;
+    where that does not help, the context counts as lost."""
+    monkeypatch.setattr(timing, "_graphs_off", None)
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: _Probe())
+    monkeypatch.setattr(_Probe, "stuck", True)
+    resets: list[int] = []
+
+    def fresh() -> None:
+        resets.append(1)
+        if fresh_state_helps:
+            _Probe.stuck = False
+
+    monkeypatch.setattr(generator, "fresh_generator_state", fresh)
+    if fresh_state_helps:
+        with pytest.raises(MeasurementError, match="CUDA graph capture failed"):
+            time_cuda_graph(_failing(cuda), fast_settings(), 10e-6)
+        assert not _Probe.stuck
+    else:
+        with pytest.raises(DeviceContextLostError, match="random generator capturing") as lost:
+            time_cuda_graph(_failing(cuda), fast_settings(), 10e-6)
+        assert is_sticky_cuda_error(lost.value)
+    assert resets == [1]
 
 
 def test_a_capture_left_under_way_loses_the_context(
