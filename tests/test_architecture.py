@@ -36,6 +36,7 @@ ALLOWED: dict[str, set[str]] = {
         "specs",
         "worker",
     },
+    "datasets": {"config", "db", "errors", "harvest", "ops", "roofline", "specs"},
     "predict": {"db", "errors", "estimate", "roofline", "specs", "study"},
     "report": {"db", "errors", "estimate", "predict", "roofline", "specs", "study"},
 }

@@ -23,6 +23,7 @@ from operator_db.cli.demo import demo
 from operator_db.cli.doctor import doctor
 from operator_db.cli.estimate import chips, estimate, peaks, roofline
 from operator_db.cli.harvest import harvest
+from operator_db.cli.imports import import_
 from operator_db.cli.ingest import ingest
 from operator_db.cli.report import report
 from operator_db.cli.serve import serve
@@ -49,6 +50,7 @@ app.add_typer(ncu_cli.app, name="ncu")
 app.add_typer(predict_cli.app, name="predict")
 app.command()(harvest)
 app.command()(ingest)
+app.command("import")(import_)
 app.command()(demo)
 app.command()(serve)
 app.command()(enqueue)

@@ -88,6 +88,25 @@ def _insert_ignoring_duplicates(session: Session, rows: list[dict[str, Any]]) ->
             session.execute(insert(OperatorConfig), part)
 
 
+def store_configs(
+    session: Session, configs: Sequence[tuple[str, OperatorSpec, str]]
+) -> dict[str, int]:
+    """Store the configurations not stored yet and return every one's id by key; flushes.
+
+    ``configs``: (key, configuration, mode). The one path by which configurations enter the
+    store: a spec's (:func:`ingest_spec`) and an imported data set's. A configuration already
+    stored is shared, never duplicated nor changed.
+    """
+    keys = [key for key, _, _ in configs]
+    known = config_ids(session, keys)
+    missing: dict[str, dict[str, Any]] = {}
+    for key, op, mode in configs:
+        if key not in known and key not in missing:
+            missing[key] = _config_row(key, op, mode)
+    _insert_ignoring_duplicates(session, list(missing.values()))
+    return {**known, **config_ids(session, list(missing))}
+
+
 def _count_disagreements(session: Session, loaded: LoadedSpec, known: dict[str, int]) -> int:
     if not known:
         return 0
@@ -116,13 +135,10 @@ def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
 
     known = config_ids(session, keys)
     mode = spec.model.mode
-    missing = [
-        _config_row(key, op, mode)
-        for key, op in zip(keys, spec.operators, strict=True)
-        if key not in known
-    ]
-    _insert_ignoring_duplicates(session, missing)
-    ids = config_ids(session, keys)
+    ids = store_configs(
+        session, [(key, op, mode) for key, op in zip(keys, spec.operators, strict=True)]
+    )
+    missing = [key for key in ids if key not in known]
     disagreeing = _count_disagreements(session, loaded, known)
 
     info = spec.model

@@ -182,6 +182,31 @@ class DeviceKind(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class DataSource(Base):
+    """A public data set whose results were imported (``opdb import``): where figures come from.
+
+    A result with no source (``source_id`` None) is operator-db's own measurement; one with a
+    source was measured by others, with their method (``method``), and imported.
+    """
+
+    __tablename__ = "data_sources"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    """Short stable name, e.g. ``neusight``."""
+    title: Mapped[str] = mapped_column(String(300))
+    url: Mapped[str | None] = mapped_column(String(500))
+    version: Mapped[str | None] = mapped_column(String(100))
+    """The data set's version or commit."""
+    license: Mapped[str | None] = mapped_column(String(100))
+    citation: Mapped[str | None] = mapped_column(Text)
+    method: Mapped[str | None] = mapped_column(Text)
+    """How its figures were measured, in words (timer, repetitions, what a figure includes)."""
+    info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    """Software versions and anything else the data set says of itself."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Host(Base):
     """One device on one machine, as registered by a worker."""
 
@@ -297,6 +322,9 @@ class _Result:
     raw: Mapped[dict[str, Any]] = mapped_column(default=dict)
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    source_ref: Mapped[str | None] = mapped_column(String(64))
+    """Imported results: the identity of the row within its source (a digest of what it says),
+    so that an import run twice adds nothing (revision 0010); None for own measurements."""
 
 
 class Measurement(_Result, Base):
@@ -309,12 +337,16 @@ class Measurement(_Result, Base):
     device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    source_id: Mapped[int | None] = mapped_column(ForeignKey("data_sources.id", ondelete="CASCADE"))
+    """The data set it was imported from; None: measured by operator-db (revision 0010)."""
 
     __table_args__ = (
+        UniqueConstraint("source_id", "source_ref"),
         # "All measurements of a model's configurations on a device kind": model_operators gives
         # the configurations (by model_id), this index their measurements (by config and kind).
         # It holds every column that finds the newest result of a configuration, kind, cache mode
-        # and timing, so that search reads the index alone (queries.results, revision 0005).
+        # and timing, own measurements first, so that search reads the index alone
+        # (queries.results, revisions 0005 and 0010).
         Index(
             "ix_measurements_lookup",
             "device_kind_id",
@@ -322,6 +354,7 @@ class Measurement(_Result, Base):
             "cache_mode",
             "timing",
             "created_at",
+            "source_id",
         ),
     )
 
@@ -336,6 +369,8 @@ class FullModelRun(_Result, Base):
     device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    source_id: Mapped[int | None] = mapped_column(ForeignKey("data_sources.id", ondelete="CASCADE"))
+    """The data set it was imported from; None: measured by operator-db (revision 0010)."""
     hollow_time_s: Mapped[float | None] = mapped_column(Float)
     """Median per-call time of the model's hollow run, in s: every recorded module returns its
     recorded output without computing, functional operators still run (inference only)."""
@@ -349,6 +384,7 @@ class FullModelRun(_Result, Base):
     ``chained`` (share of calls fed the previous output) and ``copies``. None where not run."""
 
     __table_args__ = (
+        UniqueConstraint("source_id", "source_ref"),
         Index(
             "ix_full_model_runs_lookup",
             "device_kind_id",
@@ -356,6 +392,7 @@ class FullModelRun(_Result, Base):
             "cache_mode",
             "timing",
             "created_at",
+            "source_id",
         ),
     )
 

@@ -27,6 +27,7 @@ from operator_db.errors import DatabaseError
 EXPECTED_TABLES = {
     "alembic_version",
     "device_kinds",
+    "data_sources",
     "device_peaks",
     "full_model_runs",
     "hosts",
@@ -72,15 +73,18 @@ def test_named_constraints_and_lookup_indexes(db_url: str) -> None:
     engine = make_engine(db_url)
     try:
         inspector = inspect(engine)
-        assert {ix["name"] for ix in inspector.get_indexes("measurements")} == {
-            "ix_measurements_lookup"
-        }
+        assert {
+            ix["name"]
+            for ix in inspector.get_indexes("measurements")
+            if not ix.get("duplicates_constraint")  # PostgreSQL lists a UNIQUE's index too
+        } == {"ix_measurements_lookup"}
         # Revision 0005: the newest result of a target, kind, cache mode and timing is found in
         # the lookup index alone.
         lookups = {
             ix["name"]: ix["column_names"]
             for table in ("measurements", "full_model_runs")
             for ix in inspector.get_indexes(table)
+            if not ix.get("duplicates_constraint")  # PostgreSQL lists a UNIQUE's index too
         }
         assert lookups == {
             "ix_measurements_lookup": [
@@ -89,6 +93,7 @@ def test_named_constraints_and_lookup_indexes(db_url: str) -> None:
                 "cache_mode",
                 "timing",
                 "created_at",
+                "source_id",
             ],
             "ix_full_model_runs_lookup": [
                 "device_kind_id",
@@ -96,6 +101,7 @@ def test_named_constraints_and_lookup_indexes(db_url: str) -> None:
                 "cache_mode",
                 "timing",
                 "created_at",
+                "source_id",
             ],
         }
         assert {ix["name"] for ix in inspector.get_indexes("model_operators")} == {
@@ -103,6 +109,10 @@ def test_named_constraints_and_lookup_indexes(db_url: str) -> None:
         }
         uniques = {uc["name"] for uc in inspector.get_unique_constraints("operator_configs")}
         assert uniques == {"uq_operator_configs_key"}
+        for table in ("measurements", "full_model_runs"):  # an import's rows, once each
+            assert {uc["name"] for uc in inspector.get_unique_constraints(table)} == {
+                f"uq_{table}_source_id_source_ref"
+            }
     finally:
         engine.dispose()
 

@@ -70,9 +70,23 @@ from operator_db.db.queries.results import (
     model_figures,
     model_job_states,
 )
+from operator_db.db.queries.sources import (
+    add_results,
+    data_source_names,
+    data_sources,
+    get_or_update_data_source,
+    imported_refs,
+    results_per_source,
+)
 from operator_db.db.queries.tables import TABLES, row_counts
 
 __all__ = [
+    "add_results",
+    "data_source_names",
+    "data_sources",
+    "get_or_update_data_source",
+    "imported_refs",
+    "results_per_source",
     "NewestResult",
     "measurement_provenance",
     "models_measured_per_kind",

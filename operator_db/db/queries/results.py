@@ -1,9 +1,14 @@
 """Stored results: per-call figures of configurations and of whole models on device kinds.
 
 A target (a configuration or a model) may have several stored results on a kind: passes, hosts,
-remeasurements, and one per timing method (eager, CUDA graph). Everything that reads them goes
-through :func:`config_figures` and :func:`model_figures`: the newest result per (target, kind,
-timing), or the median of all of them.
+remeasurements, one per timing method (eager, CUDA graph), and results imported from public data
+sets. Everything that reads them goes through :func:`config_figures` and :func:`model_figures`:
+the newest result per (target, kind, timing), or the median of all of them.
+
+**Own measurements first.** Where a target has both operator-db's own results and imported ones
+(``source_id`` set) on a kind, only its own count: they were measured by this project's method,
+on this project's software, with their energy. Imported results stand in only where no own
+result exists; the figure names its source (:attr:`Figure.source_id`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,19 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Float, Integer, Select, String, and_, bindparam, cast, func, null, select
+from sqlalchemy import (
+    Float,
+    Integer,
+    Select,
+    String,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    null,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import FullModelRun, Job, Measurement, ModelOperator
@@ -56,6 +73,9 @@ class Figure:
     replay_host_per_call_s: dict[int, float] | None = None
     """Whole models on a GPU: per configuration id, the host's time to issue one call in the
     replay, s; None elsewhere."""
+    source_id: int | None = None
+    """The data set the figure was imported from (``data_sources.id``; names by
+    :func:`operator_db.db.queries.data_source_names`); None: operator-db's own measurement."""
 
 
 FigureKey = tuple[int, int, str]
@@ -97,7 +117,9 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
     for row in rows:
         groups.setdefault((row.target_id, row.device_kind_id, row.timing), []).append(row)
     out: dict[FigureKey, Figure] = {}
-    for key, results in groups.items():
+    for key, found in groups.items():
+        own = [r for r in found if r.source_id is None]
+        results = own or found  # own measurements first (the module's docstring)
         if how == "latest":  # several rows only where results share the newest created_at
             newest = max(results, key=lambda r: (r.created_at, r.id))
             out[key] = Figure(
@@ -113,6 +135,7 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
                 replay_host_per_call_s=_replay_figures(newest.replay, "host_per_call_s"),
                 host_id=newest.host_id,
                 idle_power_w=newest.idle_power_w,
+                source_id=newest.source_id,
             )
             continue
         out[key] = Figure(
@@ -129,6 +152,7 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
             idle_power_w=_median_or_none([r.idle_power_w for r in results]),
             replay_per_call_s=_median_replay([r.replay for r in results]),
             replay_host_per_call_s=_median_replay([r.replay for r in results], "host_per_call_s"),
+            source_id=results[0].source_id if len({r.source_id for r in results}) == 1 else None,
         )
     return out
 
@@ -181,10 +205,11 @@ def _figure_query(
     ``by_timing``) and the targets' (see :data:`Targets`); an API request reuses it as it is.
 
     ``median``: every result. ``latest``: the newest result of each (target, kind, timing) with
-    their number (``samples``): the database finds the newest ``created_at`` per group in the
-    lookup index alone (it holds every column the grouping reads) and fetches only those rows, so
-    a target measured many times costs one row, not all of them. Results sharing the newest
-    ``created_at`` all come back; :func:`_aggregate` breaks the tie by id.
+    their number (``samples``), the newest own result where the group has one (own measurements
+    first): the database finds the newest ``created_at`` per group in the lookup index alone (it
+    holds every column the grouping reads) and fetches only those rows, so a target measured
+    many times costs one row, not all of them. Results sharing the newest ``created_at`` all
+    come back; :func:`_aggregate` breaks the tie (own first, then by id).
     """
     target: Any = Measurement.config_id if table is Measurement else FullModelRun.model_id
     model_only = (
@@ -209,6 +234,7 @@ def _figure_query(
         table.host_id,
         table.idle_power_w,
         table.flags,
+        table.source_id,
         *model_only,
     )
     cache_mode = bindparam("cache_mode", type_=String())
@@ -233,6 +259,7 @@ def _figure_query(
             table.device_kind_id,
             table.timing,
             func.max(table.created_at).label("newest"),
+            func.max(case((table.source_id.is_(None), table.created_at))).label("newest_own"),
             func.count().label("samples"),
         )
         .where(*where)
@@ -247,7 +274,7 @@ def _figure_query(
                 target == groups.c.target_id,
                 table.device_kind_id == groups.c.device_kind_id,
                 table.timing == groups.c.timing,
-                table.created_at == groups.c.newest,
+                table.created_at == func.coalesce(groups.c.newest_own, groups.c.newest),
             ),
         )
         .where(table.cache_mode == cache_mode)

@@ -19,6 +19,7 @@ TABLES: tuple[type[m.Base], ...] = (
     m.DevicePeak,
     m.NcuCounter,
     m.Predictor,
+    m.DataSource,
 )
 
 

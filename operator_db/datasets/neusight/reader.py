@@ -1,0 +1,287 @@
+"""The NeuSight data set on disk (``../shared/data/neusight``, or a copy): its files and rows.
+
+Layout and columns: the data set's README (``data/dataset/``: per-operator CSVs, gzip-compressed
+each; ``data/device_configs/``: one JSON per GPU). Every per-operator CSV is read: the per-GPU
+collection files first, then the merged and filtered training files and the test files, whose
+rows repeat others (counted as duplicates: a row's identity is its device, configuration and
+latency, ``OpRow.identity``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from operator_db.datasets.neusight.ops import FAMILIES, Family
+from operator_db.datasets.records import BadRow, KindInfo, OpRow, SourceInfo
+from operator_db.errors import InvalidInputError
+from operator_db.roofline.chips import match_chip
+from operator_db.specs.io import format_error, format_loc
+from operator_db.specs.keys import operator_key
+from operator_db.specs.schema import OperatorSpec
+
+NAME = "neusight"
+DATASET_DIR = "data/dataset"
+CONFIG_DIR = "data/device_configs"
+URL = "https://github.com/sitar-lab/NeuSight"
+METHOD = (
+    "Each latency is the mean of the 5 fastest of 25 timings of one call, each timed with CUDA "
+    "events and followed by a synchronize: launch overhead included (the smallest ops read about "
+    "20 to 50 µs). PyTorch 2.1.0, CUDA 12.1, cuDNN 8.9.2, fp32 with TF32 off."
+)
+CITATION = (
+    'S. Lee, A. Phanishayee, D. Mahajan, "Forecasting GPU Performance for Deep Learning '
+    'Training and Inference", ASPLOS 2025'
+)
+ARCHITECTURES = {
+    "Tesla P4": "Pascal",
+    "Tesla P100-PCIE-16GB": "Pascal",
+    "Tesla V100-PCIE-32GB": "Volta",
+    "Tesla T4": "Turing",
+    "NVIDIA A100-PCIE-40GB": "Ampere",
+    "NVIDIA A100 80GB PCIe": "Ampere",
+    "NVIDIA A100-SXM4-40GB": "Ampere",
+    "NVIDIA L4": "Ada Lovelace",
+}
+CORRECTIONS = {
+    "NVIDIA L4": {
+        "Num_Sm": (58, "NVIDIA Ada GPU Architecture whitepaper, L4: 58 SMs enabled of AD104's 60"),
+    },
+    "Tesla P4": {
+        "Num_Sm": (20, "NVIDIA Tesla P4 datasheet: 2,560 CUDA cores on 20 SMs (GP104)"),
+        "Core_Per_SM": (128, "NVIDIA Pascal GP104: 128 FP32 cores per SM"),
+    },
+}
+"""The data set's own device configs' errors, as its README lists them, and their sources."""
+_COMMIT = re.compile(r"commit ([0-9a-f]{40})")
+_DETAILS = {
+    "Kernel Name": "kernel",
+    "Warps per SM": "warps_per_sm",
+    "Blocks per SM": "blocks_per_sm",
+}
+
+
+def find_root(path: Path) -> tuple[Path, str | None]:
+    """Return the data set's folder holding ``path``, and ``path`` relative to it.
+
+    ``path`` is the data set's folder (the relative part is then None), or a folder or file
+    inside it.
+
+    Raises:
+        InvalidInputError: no folder holding ``data/dataset`` at or above ``path``.
+    """
+    path = path.resolve()
+    if not path.exists():
+        raise InvalidInputError(f"{path}: no such file or folder")
+    for folder in (path, *path.parents):
+        if (folder / DATASET_DIR).is_dir():
+            return folder, None if folder == path else path.relative_to(folder).as_posix()
+    raise InvalidInputError(
+        f"{path} is not in a NeuSight data set: no {DATASET_DIR}/ in it or a folder above it"
+    )
+
+
+def _read_json(path: Path) -> Any:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+class NeuSight:
+    """The NeuSight data set in ``root``: a ``datasets.records.DataSet``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        if not (root / DATASET_DIR).is_dir():
+            raise InvalidInputError(f"{root} is not a NeuSight data set: no {DATASET_DIR}/")
+        readme = root / "README.md"
+        text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+        found = _COMMIT.search(text)
+        self.source = SourceInfo(
+            name=NAME,
+            title="NeuSight GPU performance data (ASPLOS 2025)",
+            url=URL,
+            version=found.group(1) if found else None,
+            license="MIT",
+            citation=CITATION,
+            method=METHOD,
+            info={"torch": "2.1.0", "cuda": "12.1", "cudnn": "8.9.2", "dtype": "float32"},
+        )
+        self._configs: dict[tuple[Any, ...], tuple[OperatorSpec, str] | str] = {}
+
+    def kinds(self) -> list[KindInfo]:
+        """Return the GPUs of ``data/device_configs/``, their configs corrected where wrong."""
+        out = []
+        for path in sorted((self.root / CONFIG_DIR).glob("*.json*")):
+            config = _read_json(path)
+            name = str(config["Device"])
+            fixes = CORRECTIONS.get(name, {})
+            corrected = {**config, **{k: v for k, (v, _) in fixes.items()}}
+            info = {
+                "config": config,
+                "corrected": corrected,
+                "corrections": {k: why for k, (_, why) in fixes.items()},
+            }
+            found = match_chip(name)
+            memory = None
+            if found is not None and found.how == "exact":
+                memory = getattr(found.chip, "memory_bytes", None)
+            out.append(
+                KindInfo(
+                    name=name,
+                    vendor="NVIDIA",
+                    architecture=ARCHITECTURES.get(name),
+                    memory_bytes=int(memory) if memory else int(config["Dev_Mem"]) * 10**9,
+                    info=info,
+                )
+            )
+        return out
+
+    def files(self) -> list[str]:
+        """Return every per-operator CSV, per-GPU collection files first."""
+        base = self.root / DATASET_DIR
+        every = sorted(
+            p.relative_to(self.root).as_posix()
+            for p in base.rglob("*.csv*")
+            if "dims" not in p.relative_to(base).parts
+        )
+        per_gpu = [f for f in every if "/p2.1.0/" in f]
+        return per_gpu + [f for f in every if f not in per_gpu]
+
+    def read(self, file: str) -> Iterator[OpRow | BadRow]:
+        """Yield the file's rows, checked (a bad row says its line and why)."""
+        path = self.root / file
+        try:
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            yield BadRow(file, 1, f"cannot read the file: {exc}")
+            return
+        yield from self._rows(file, frame)
+
+    def _rows(self, file: str, frame: pd.DataFrame) -> Iterator[OpRow | BadRow]:
+        columns = set(frame.columns)
+        for needed in ("OPName", "Latency", "Device"):
+            if needed not in columns:
+                for index in range(len(frame)):
+                    yield BadRow(file, index + 2, f"no {needed!r} column")
+                return
+        latency = pd.to_numeric(frame["Latency"], errors="coerce").to_numpy()
+        numbers = {
+            c: pd.to_numeric(frame[c], errors="coerce").to_numpy()
+            for c in {c for f in FAMILIES.values() for c in f.columns} & columns
+        }
+        names = frame["OPName"].to_numpy()
+        devices = frame["Device"].to_numpy()
+        extra = {c: frame[c].to_numpy() for c in (*_DETAILS, "Kernels") if c in columns}
+        grid = [
+            frame[c].to_numpy() if c in columns else None for c in ("Grid x", "Grid y", "Grid z")
+        ]
+        block = [
+            frame[c].to_numpy() if c in columns else None for c in ("Block x", "Block y", "Block z")
+        ]
+        for index in range(len(frame)):
+            line = index + 2
+            family = FAMILIES.get(str(names[index]))
+            if family is None:
+                yield BadRow(file, line, f"unknown operator {str(names[index])[:40]!r}")
+                continue
+            ms = float(latency[index])
+            if not math.isfinite(ms) or ms <= 0:
+                raw = str(frame["Latency"].iat[index])[:40]
+                yield BadRow(file, line, f"latency {raw!r} is not a positive number of ms")
+                continue
+            shape = self._shape(family, numbers, index)
+            if isinstance(shape, str):
+                yield BadRow(file, line, shape)
+                continue
+            built = self._config(family, shape)
+            if isinstance(built, str):
+                yield BadRow(file, line, built)
+                continue
+            details: dict[str, Any] = {
+                k: _plain(extra[c][index]) for c, k in _DETAILS.items() if c in extra
+            }
+            if "Kernels" in extra:
+                kernels = [k for k in str(extra["Kernels"][index]).split(";") if k]
+                if kernels and kernels != [str(details.get("kernel", "")).lower()]:
+                    details["kernels"] = kernels
+            if grid[0] is not None:
+                details["grid"] = [_plain(g[index]) for g in grid if g is not None]
+            if block[0] is not None:
+                details["block"] = [_plain(b[index]) for b in block if b is not None]
+            config, key = built
+            yield OpRow(
+                config=config,
+                key=key,
+                mode="inference",
+                device=str(devices[index]),
+                time_s=ms / 1000,
+                line=line,
+                details=details,
+            )
+
+    @staticmethod
+    def _shape(family: Family, numbers: dict[str, Any], index: int) -> tuple[int, ...] | str:
+        values = []
+        for column in family.columns:
+            if column not in numbers:
+                return f"{family.name}: no {column!r} column"
+            value = float(numbers[column][index])
+            if not math.isfinite(value) or value < 1 or value != int(value):
+                return f"{family.name}: {column} must be a positive integer"
+            values.append(int(value))
+        return tuple(values)
+
+    def _config(self, family: Family, shape: tuple[int, ...]) -> tuple[OperatorSpec, str] | str:
+        cache_key = (family.name, *shape)
+        found = self._configs.get(cache_key)
+        if found is None:
+            try:
+                config = family.build(dict(zip(family.columns, shape, strict=True)))
+                found = (config, operator_key(config, "inference"))
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = format_loc(error["loc"])
+                found = (
+                    f"{family.name} {shape}: {where + ': ' if where else ''}{format_error(error)}"
+                )
+            self._configs[cache_key] = found
+        return found
+
+
+def _plain(value: Any) -> Any:
+    """Return a CSV cell as a JSON value: a number where it reads as one, else its text."""
+    text = str(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() else number
+
+
+def neusight(path: Path) -> tuple[NeuSight, list[str]]:
+    """Return the data set holding ``path`` and the files of it to import.
+
+    All of its per-operator files, or those in (or of) ``path`` where it is a folder or file
+    inside the data set.
+
+    Raises:
+        InvalidInputError: ``path`` is in no NeuSight data set, or holds none of its files.
+    """
+    root, inside = find_root(path)
+    data = NeuSight(root)
+    files = data.files()
+    if inside is None:
+        return data, files
+    chosen = [f for f in files if f == inside or f.startswith(inside.rstrip("/") + "/")]
+    if not chosen:
+        raise InvalidInputError(f"{path}: not a per-operator file of the NeuSight data set")
+    return data, chosen
