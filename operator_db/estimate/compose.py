@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.queries import Aggregate
-from operator_db.estimate.energy import energy_of, with_static_power
+from operator_db.estimate.energy import energy_of, static_note, with_static_power
 from operator_db.estimate.pipeline import Pipeline, gpu_notes, host_stage, model_pipeline
 from operator_db.estimate.predicted import Predicted, predicted_fields
 from operator_db.estimate.rows import (
@@ -28,8 +28,10 @@ from operator_db.estimate.rows import (
     between_ops,
     between_warnings,
     by_op,
+    count_sources,
     coverage_warnings,
     finite_values,
+    source_notes,
     sum_if_all_known,
     sum_known,
 )
@@ -80,6 +82,9 @@ class Estimate:
     opaque: int
     full_run_time_s: float | None
     full_run_energy_j: float | None
+    full_run_source: str | None = None
+    """Where the full-model run comes from: ``measured`` (operator-db's own) or the name of the
+    data set it was imported from (``opdb import``); None without a run."""
     peaks: Peaks | None = None
     notes: list[str] = field(default_factory=list)
     between_ops_s: float | None = None
@@ -207,6 +212,11 @@ class Estimate:
         return (self.energy_j - self.full_run_energy_j) / self.full_run_energy_j
 
     @property
+    def sources(self) -> dict[str, int]:
+        """Return the configurations per source of their figure (``rows.count_sources``)."""
+        return count_sources(self.config_rows)
+
+    @property
     def roofline_time_s(self) -> float | None:
         """Σ count × max(FLOPs / peak FLOP/s, bytes / peak bandwidth), in s (a lower bound)."""
         if self.peaks is None:
@@ -259,6 +269,8 @@ class Estimate:
             "opaque": self.opaque,
             "full_run_time_s": self.full_run_time_s,
             "full_run_energy_j": self.full_run_energy_j,
+            "full_run_source": self.full_run_source,
+            "sources": self.sources,
             "time_error": self.time_error,
             "operators_time_error": self.operators_time_error,
             "energy_error": self.energy_error,
@@ -328,6 +340,8 @@ def estimate_model(
     run = runs.get((model.id, kind.id, "graph" if timing == "graph" else "eager")) or runs.get(
         (model.id, kind.id, "eager")
     )
+    imported = {f.source_id for f in (*measured.values(), *runs.values()) if f.source_id}
+    source_names = queries.data_source_names(session) if imported else {}
     in_context = run is not None and context == "replay" and timing == "eager"
     replayed = (run.replay_per_call_s if run is not None and in_context else None) or {}
     replayed_host = (run.replay_host_per_call_s if run is not None and in_context else None) or {}
@@ -359,7 +373,9 @@ def estimate_model(
                 "bytes": cfg.bytes,
                 "params": cfg.params,
                 "measured": time_per_call is not None,
-                "source": "measured" if time_per_call is not None else None,
+                "source": None
+                if chosen is None
+                else source_names.get(chosen.source_id or 0, "measured"),
                 "timing": used if time_per_call is not None else None,
                 "time_per_call_s": time_per_call,
                 "time_low_per_call_s": None,
@@ -404,6 +420,7 @@ def estimate_model(
         )
     if cache_mode == "cold":
         notes.append("cold caches: results measured with the caches flushed before every call")
+    notes += source_notes(records, run, source_names)
     unmeasured = [r["key"] for r in measurable if not r["measured"]]
     opaque_rows = [r for r in records if r["form"] == "opaque"]
     opaque = len(opaque_rows)
@@ -448,6 +465,7 @@ def estimate_model(
         unmeasured=unmeasured,
         opaque=opaque,
         full_run_time_s=run.time_median_s if run else None,
+        full_run_source=None if run is None else source_names.get(run.source_id or 0, "measured"),
         full_run_energy_j=energy_of(run, energy),
         peaks=peaks,
         notes=notes,
@@ -465,12 +483,7 @@ def estimate_model(
             energy_total, sum_if_all_known(dynamic), idle_w, est.total_time_s
         )
         est = replace(est, energy_j=total, static_energy_j=static)
-        if static is not None:
-            est.notes.append(
-                f"energy: operators' dynamic energy {(total or 0) - static:.4g} J + static "
-                f"{static:.4g} J (idle power {idle_w:.4g} W × the estimated "
-                f"{est.total_time_s * 1e3:.3f} ms)"
-            )
+        est.notes += static_note(total, static, idle_w, est.total_time_s)
     if predicted is None:
         return est
     return replace(

@@ -39,3 +39,16 @@ def with_static_power(
         return total_j, None
     static = idle_power_w * time_s
     return dynamic_j + static, static
+
+
+def static_note(
+    total_j: float | None, static_j: float | None, idle_power_w: float | None, time_s: float
+) -> list[str]:
+    """Say how the total energy splits into dynamic and static (idle power × time), if it does."""
+    if static_j is None or idle_power_w is None:
+        return []
+    return [
+        f"energy: operators' dynamic energy {(total_j or 0) - static_j:.4g} J + static "
+        f"{static_j:.4g} J (idle power {idle_power_w:.4g} W × the estimated "
+        f"{time_s * 1e3:.3f} ms)"
+    ]

@@ -133,3 +133,40 @@ def between_ops(hollow_s: float | None, records: list[dict[str, Any]]) -> float 
     if not all(r["measured"] for r in functional):
         return None
     return hollow_s - sum_known(r["time_s"] for r in functional)
+
+
+def source_notes(records: list[dict[str, Any]], run: Any, names: dict[int, str]) -> list[str]:
+    """Say which figures were imported from a data set (not measured by operator-db).
+
+    ``run``: the full-model run's figure (``queries.Figure``) or None; ``names``: data source
+    names by id. Imported figures were measured by others, with their method (``opdb import``):
+    the estimate never passes them for its own.
+    """
+    notes = []
+    imported: dict[str, int] = {}
+    for r in records:
+        if r["source"] not in (None, "measured", "predicted"):
+            imported[r["source"]] = imported.get(r["source"], 0) + 1
+    for name, n in sorted(imported.items()):
+        notes.append(
+            f"imported: {n} of {len(records)} configurations' times from the data set {name} "
+            "(measured by others, with their method; `opdb import`), not measured here"
+        )
+    if run is not None and run.source_id:
+        notes.append(
+            f"the full-model run was imported from the data set {names.get(run.source_id, '?')}"
+        )
+    return notes
+
+
+def count_sources(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Return the configurations per source of their figure.
+
+    ``measured`` (operator-db's own), a data set's name (imported), ``predicted``; unknown ones
+    are not counted.
+    """
+    out: dict[str, int] = {}
+    for r in records:
+        if r["source"] is not None:
+            out[r["source"]] = out.get(r["source"], 0) + 1
+    return out

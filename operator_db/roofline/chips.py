@@ -51,6 +51,10 @@ PeakDtype = Literal[
 """
 
 
+FP32_IDENTITY_TOLERANCE = 0.02
+"""How far a GPU's float32 peak may be from 2 x SMs x FP32 lanes x boost clock: vendors round."""
+
+
 class ChipPeaks(BaseModel):
     """One chip's spec-sheet peaks (dense, per chip) and where they come from."""
 
@@ -77,18 +81,58 @@ class ChipPeaks(BaseModel):
     """Max boost clock / base clock (server CPUs, whose FLOP/s are at the base clock): a process
     on a few of a socket's cores may run them up to the boost clock, so a roof scaled to fewer
     cores than the chip's is raised by this ratio (an upper bound stays an upper bound)."""
+    # GPU spec-sheet facts (None where unknown or not a GPU; peaks.yaml's header gives the units).
+    sms: PositiveInt | None = None
+    """Streaming multiprocessors enabled on the product (not the full die's)."""
+    cores_per_sm: PositiveInt | None = None
+    """FP32 lanes ("CUDA cores") per SM: an FMA each per clock."""
+    boost_clock_mhz: PositiveInt | None = None
+    """The clock, MHz, the float32 peak is computed from (the vendor's boost clock): float32 =
+    ``2 x sms x cores_per_sm x boost_clock_mhz x 1e6`` within ``FP32_IDENTITY_TOLERANCE``."""
+    base_clock_mhz: PositiveInt | None = None
+    """The vendor's base clock, MHz, where it publishes one."""
+    memory_bytes: PositiveFloat | None = None
+    """Device memory (DRAM/HBM) capacity, bytes: the vendor's "GB" read as GiB (memory chips
+    come in powers of two: ``80GB`` HBM3 is 80 x 2**30 bytes)."""
+    l2_cache_bytes: PositiveFloat | None = None
+    """Last-level (L2) cache, bytes: the vendor's "MB" read as MiB (``50 MB`` is 50 x 2**20)."""
 
     @property
     def names(self) -> tuple[str, ...]:
         """The name and every alias."""
         return (self.name, *self.aliases)
 
+    @property
+    def fp32_from_clock(self) -> float | None:
+        """``2 x sms x cores_per_sm x boost_clock_mhz`` in FLOP/s, or None without all three."""
+        if self.sms is None or self.cores_per_sm is None or self.boost_clock_mhz is None:
+            return None
+        return 2.0 * self.sms * self.cores_per_sm * self.boost_clock_mhz * 1e6
+
     @model_validator(mode="after")
     def _cores_for_cpus(self) -> ChipPeaks:
-        if (self.category == "server_cpu") != (self.cores is not None):
+        cpu = self.category == "server_cpu"
+        if cpu != (self.cores is not None):
             raise ValueError("cores is required for server_cpu chips and only for them")
-        if self.boost_clock_ratio is not None and self.category != "server_cpu":
+        if self.boost_clock_ratio is not None and not cpu:
             raise ValueError("boost_clock_ratio is for server_cpu chips only")
+        gpu_fields = (self.sms, self.cores_per_sm, self.boost_clock_mhz, self.base_clock_mhz)
+        if cpu and any(v is not None for v in gpu_fields):
+            raise ValueError("sms, cores_per_sm and the clocks in MHz are for GPUs, not server_cpu")
+        return self
+
+    @model_validator(mode="after")
+    def _clocks_agree(self) -> ChipPeaks:
+        if self.base_clock_mhz is not None and (
+            self.boost_clock_mhz is None or self.base_clock_mhz > self.boost_clock_mhz
+        ):
+            raise ValueError("base_clock_mhz needs a boost_clock_mhz at least as high")
+        derived, fp32 = self.fp32_from_clock, self.peak_flops_per_s.get("float32")
+        if derived and fp32 and abs(derived / fp32 - 1) > FP32_IDENTITY_TOLERANCE:
+            raise ValueError(
+                f"2 x sms x cores_per_sm x boost_clock_mhz = {derived:.4g} FLOP/s, but the "
+                f"float32 peak is {fp32:.4g} (more than {FP32_IDENTITY_TOLERANCE:.0%} apart)"
+            )
         return self
 
 
@@ -201,6 +245,17 @@ def find_chip(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipPeaks 
     """Return the chip :func:`match_chip` finds for ``name``, however it matched, or None."""
     found = match_chip(name, chips)
     return None if found is None else found.chip
+
+
+def chip_spec(name: str, chips: Sequence[ChipPeaks] | None = None) -> ChipPeaks | None:
+    """Return the chip ``name`` names (an ``exact`` or ``contains`` match), or None.
+
+    For a device's own spec-sheet facts (SMs, clocks, memory, L2): unlike :func:`find_chip`, a
+    ``partial`` match (a family, another chip's figures) is None. NVML names such as
+    ``Tesla P100-PCIE-16GB`` are aliases, so they match exactly.
+    """
+    found = match_chip(name, chips)
+    return found.chip if found is not None and found.identical else None
 
 
 @lru_cache(maxsize=1024)

@@ -185,7 +185,8 @@ def test_load_peak_table_from_a_file(tmp_path: Path) -> None:
         ("TPU v5 lite", "Google TPU v5e"),
         # Ambiguous (H100 SXM and PCIe), too short, unknown.
         ("H100", None),
-        ("NVIDIA A100 80GB PCIe", None),  # not NVIDIA A10
+        ("NVIDIA A100 80GB PCIe", "NVIDIA A100 PCIe 80GB"),  # not NVIDIA A10
+        ("NVIDIA A100 PCIe", None),  # 40GB or 80GB
         ("NVIDIA L40", None),  # not NVIDIA L4
         ("NVIDIA A10G", None),
         ("100", None),

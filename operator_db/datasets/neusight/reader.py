@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from operator_db.datasets.neusight.ops import FAMILIES, Family
 from operator_db.datasets.records import BadRow, KindInfo, OpRow, SourceInfo
 from operator_db.errors import InvalidInputError
-from operator_db.roofline.chips import match_chip
+from operator_db.roofline.chips import chip_spec
 from operator_db.specs.io import format_error, format_loc
 from operator_db.specs.keys import operator_key
 from operator_db.specs.schema import OperatorSpec
@@ -53,11 +53,21 @@ ARCHITECTURES = {
 }
 CORRECTIONS = {
     "NVIDIA L4": {
-        "Num_Sm": (58, "NVIDIA Ada GPU Architecture whitepaper, L4: 58 SMs enabled of AD104's 60"),
+        "Num_Sm": (58, "NVIDIA L4 product brief: 7,424 CUDA cores, 58 SMs of AD104's 60"),
+        "SingleFLOPs": (30290, "NVIDIA L4 datasheet: 30.3 TFLOP/s FP32 (2 × 7,424 × 2.04 GHz)"),
     },
     "Tesla P4": {
-        "Num_Sm": (20, "NVIDIA Tesla P4 datasheet: 2,560 CUDA cores on 20 SMs (GP104)"),
-        "Core_Per_SM": (128, "NVIDIA Pascal GP104: 128 FP32 cores per SM"),
+        "Num_Sm": (20, "NVIDIA Tesla P4 datasheet: 2,560 CUDA cores on GP104's 20 SMs"),
+        "Core_Per_SM": (128, "NVIDIA GP104 (GeForce GTX 1080 whitepaper): 128 FP32 cores per SM"),
+        "Freq": (1063, "NVIDIA Tesla P4 launch: 1,063 MHz boost clock"),
+        "SingleFLOPs": (5500, "NVIDIA Tesla P4 datasheet: 5.5 TFLOP/s FP32"),
+    },
+    "Tesla P100-PCIE-16GB": {
+        "Freq": (1303, "NVIDIA Tesla P100 PCIe product brief: 1,303 MHz boost clock"),
+        "SingleFLOPs": (9300, "NVIDIA Tesla P100 datasheet: 9.3 TFLOP/s FP32 (PCIe)"),
+    },
+    "Tesla T4": {
+        "Dev_Mem": (16, "NVIDIA T4 datasheet: 16 GB GDDR6 (15 GiB is what ECC leaves visible)"),
     },
 }
 """The data set's own device configs' errors, as its README lists them, and their sources."""
@@ -130,16 +140,14 @@ class NeuSight:
                 "corrected": corrected,
                 "corrections": {k: why for k, (_, why) in fixes.items()},
             }
-            found = match_chip(name)
-            memory = None
-            if found is not None and found.how == "exact":
-                memory = getattr(found.chip, "memory_bytes", None)
+            chip = chip_spec(name)
+            memory = chip.memory_bytes if chip is not None else None
             out.append(
                 KindInfo(
                     name=name,
                     vendor="NVIDIA",
                     architecture=ARCHITECTURES.get(name),
-                    memory_bytes=int(memory) if memory else int(config["Dev_Mem"]) * 10**9,
+                    memory_bytes=int(memory) if memory else int(corrected["Dev_Mem"]) * 2**30,
                     info=info,
                 )
             )
