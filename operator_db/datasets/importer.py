@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.datasets.records import BadRow, DataSet, FileCounts, KindInfo, OnBad, OpRow
 from operator_db.db import queries
-from operator_db.db.ingest import config_ids, store_configs
+from operator_db.db.ingest import store_configs
 from operator_db.db.models import DeviceKind, utcnow
 from operator_db.errors import InvalidInputError
 from operator_db.roofline.chips import match_chip
@@ -58,7 +58,7 @@ class ImportReport:
 
 
 def _provenance(data: DataSet, file: str, row: OpRow) -> dict[str, Any]:
-    return {"source": data.source.name, "file": file, "line": row.line, **row.details}
+    return {"source": data.source.name, "file": file, "line": row.line, **row.details()}
 
 
 def _result_row(
@@ -181,9 +181,9 @@ def _write(
     if not rows:
         return 0
     configs = {row.key: (row.key, row.config, row.mode) for row in rows}
-    before = len(config_ids(session, list(configs)))
-    ids = store_configs(session, list(configs.values()))
-    report.new_configs += len(ids) - before
+    stored = store_configs(session, list(configs.values()))
+    ids = stored.ids
+    report.new_configs += stored.new
     results = [
         _result_row(
             row, ids[row.key], kinds[row.device].id, source_id, _provenance(data, file, row)

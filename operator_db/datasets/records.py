@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -68,8 +68,9 @@ class OpRow:
     """Time per call, s (as the data set measured it: ``SourceInfo.method``)."""
     line: int
     """The row's line in its file (the header is line 1)."""
-    details: dict[str, Any] = field(default_factory=dict)
-    """What else the row says (the kernel and its grid): kept in the result's provenance."""
+    details: Callable[[], dict[str, Any]] = dict
+    """What else the row says (the kernel and its grid), kept in the result's provenance: read
+    only for a row that is stored (most rows of a second run are duplicates)."""
 
     def identity(self) -> str:
         """Return the row's identity within its data set: a digest of device, key and time.

@@ -14,6 +14,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -214,17 +215,6 @@ class NeuSight:
             if isinstance(built, str):
                 yield BadRow(file, line, built)
                 continue
-            details: dict[str, Any] = {
-                k: _plain(extra[c][index]) for c, k in _DETAILS.items() if c in extra
-            }
-            if "Kernels" in extra:
-                kernels = [k for k in str(extra["Kernels"][index]).split(";") if k]
-                if kernels and kernels != [str(details.get("kernel", "")).lower()]:
-                    details["kernels"] = kernels
-            if grid[0] is not None:
-                details["grid"] = [_plain(g[index]) for g in grid if g is not None]
-            if block[0] is not None:
-                details["block"] = [_plain(b[index]) for b in block if b is not None]
             config, key = built
             yield OpRow(
                 config=config,
@@ -233,7 +223,7 @@ class NeuSight:
                 device=str(devices[index]),
                 time_s=ms / 1000,
                 line=line,
-                details=details,
+                details=partial(_details, extra, grid, block, index),
             )
 
     @staticmethod
@@ -263,6 +253,24 @@ class NeuSight:
                 )
             self._configs[cache_key] = found
         return found
+
+
+def _details(
+    extra: dict[str, Any], grid: list[Any], block: list[Any], index: int
+) -> dict[str, Any]:
+    """Return what row ``index`` says of its kernels: name, occupancy, grid and block."""
+    details: dict[str, Any] = {
+        k: _plain(extra[c][index]) for c, k in _DETAILS.items() if c in extra
+    }
+    if "Kernels" in extra:
+        kernels = [k for k in str(extra["Kernels"][index]).split(";") if k]
+        if kernels and kernels != [str(details.get("kernel", "")).lower()]:
+            details["kernels"] = kernels
+    if grid[0] is not None:
+        details["grid"] = [_plain(g[index]) for g in grid if g is not None]
+    if block[0] is not None:
+        details["block"] = [_plain(b[index]) for b in block if b is not None]
+    return details
 
 
 def _plain(value: Any) -> Any:
