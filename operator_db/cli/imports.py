@@ -13,13 +13,15 @@ from operator_db.cli.common import DatabaseOption, console, open_store
 
 if TYPE_CHECKING:
     from operator_db.datasets.importer import ImportReport
+    from operator_db.datasets.neusight.runs import RunsReport
+    from operator_db.datasets.records import OnBad
 
 BAD_ROWS_PRINTED = 20
 
 
-def report_table(report: ImportReport) -> Table:
+def report_table(report: ImportReport | RunsReport, *, title: str | None = None) -> Table:
     """Return the per-file counts of an import, with totals."""
-    table = Table("file", "read", "imported", "duplicate", "skipped", title=f"{report.source}")
+    table = Table("file", "read", "imported", "duplicate", "skipped", title=title or report.source)
     for counts in [*report.files, None]:
         if counts is None:
             table.add_section()
@@ -54,10 +56,14 @@ def import_(
     Bad rows are reported with their file and line, and skipped (or, with --refuse-bad, the
     import is refused and nothing is written).
     """
-    from operator_db.datasets.importer import import_data_set
+    from operator_db.datasets.importer import ImportReport, import_data_set
+    from operator_db.datasets.neusight.compose import composition_table, composition_text
     from operator_db.datasets.neusight.reader import neusight
+    from operator_db.datasets.neusight.runs import import_runs
+    from operator_db.estimate.compose import estimate_model
 
-    data, chosen = neusight(path)
+    data, files, labels = neusight(path)
+    on_bad: OnBad = "refuse" if refuse_bad else "skip"
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -66,28 +72,41 @@ def import_(
         console=console,
         disable=not console.is_terminal,
     )
-    task = progress.add_task(f"import {data.source.name}", total=len(chosen))
+    task = progress.add_task(f"import {data.source.name}", total=len(files) + len(labels))
 
     def advance(file: str, rows: int) -> None:
         progress.update(task, advance=1, description=f"{Path(file).name} ({rows} rows)")
 
     with progress, open_store(db) as store, store.transaction() as session:
-        report = import_data_set(
+        report = ImportReport(data.source.name)
+        if files:
+            report = import_data_set(session, data, on_bad=on_bad, files=files, progress=advance)
+        runs = import_runs(session, data, files=labels, on_bad=on_bad, progress=advance)
+        composed = composition_table(
             session,
-            data,
-            on_bad="refuse" if refuse_bad else "skip",
-            files=chosen,
-            progress=advance,
+            runs.runs,
+            lambda s, model, kind: estimate_model(s, model, kind, aggregate="median", peaks="best"),
         )
-    console.print(report_table(report))
-    for bad in report.bad[:BAD_ROWS_PRINTED]:
-        console.print(f"skipped {bad}", markup=False)
-    if len(report.bad) > BAD_ROWS_PRINTED:
-        console.print(f"... and {len(report.bad) - BAD_ROWS_PRINTED} more bad rows", markup=False)
-    total = report.total()
+    if files:
+        console.print(report_table(report))
+    if labels:
+        console.print(report_table(runs, title=f"{data.source.name}: whole-model runs"))
+    bad = [*report.bad, *runs.bad]
+    for row in bad[:BAD_ROWS_PRINTED]:
+        console.print(f"skipped {row}", markup=False)
+    if len(bad) > BAD_ROWS_PRINTED:
+        console.print(f"... and {len(bad) - BAD_ROWS_PRINTED} more bad rows", markup=False)
+    for row in runs.left_out:
+        console.print(f"left out {row}", markup=False)
+    total, labelled, traced = report.total(), runs.total("label"), runs.total("trace")
     console.print(
         f"{data.source.name}: {total.imported} results imported, {total.duplicate} duplicates, "
         f"{total.skipped} bad rows skipped, {report.new_configs} new configurations; "
-        f"device kinds: {', '.join(report.kinds)}",
+        f"{labelled.imported} whole-model runs imported ({labelled.duplicate} already stored, "
+        f"{len(runs.left_out)} labels left out), {traced.imported} results of their traces' "
+        f"nodes ({traced.duplicate} already stored); device kinds: {', '.join(report.kinds)}",
         markup=False,
     )
+    if composed:
+        console.print("\nEach run's estimate (Σ count × per-call time of imported figures):")
+        console.print(composition_text(composed), markup=False)

@@ -18,12 +18,14 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from operator_db.datasets.records import BadRow, DataSet, FileCounts, KindInfo, OnBad, OpRow
+from operator_db.datasets.runs import measurement_row
 from operator_db.db import queries
 from operator_db.db.ingest import store_configs
-from operator_db.db.models import DeviceKind, utcnow
+from operator_db.db.models import DeviceKind
 from operator_db.errors import InvalidInputError
 from operator_db.roofline.chips import match_chip
 from operator_db.roofline.record import store_spec_peaks
+from operator_db.specs.schema import OperatorSpec
 
 BAD_ROWS_SHOWN = 20
 """Bad rows a refusal's message lists (all are in :attr:`ImportReport.bad`)."""
@@ -59,37 +61,6 @@ class ImportReport:
 
 def _provenance(data: DataSet, file: str, row: OpRow) -> dict[str, Any]:
     return {"source": data.source.name, "file": file, "line": row.line, **row.details()}
-
-
-def _result_row(
-    row: OpRow, config_id: int, kind_id: int, source_id: int, provenance: dict[str, Any]
-) -> dict[str, Any]:
-    """Return a ``measurements`` row of an imported figure: one time, no energy, no samples."""
-    return {
-        "config_id": config_id,
-        "device_kind_id": kind_id,
-        "host_id": None,
-        "job_id": None,
-        "source_id": source_id,
-        "source_ref": row.identity(),
-        "dtype": row.config.dtype
-        or (row.config.inputs[0].dtype if row.config.inputs else "float32"),
-        "timing": "eager",
-        "cache_mode": "warm",
-        "threads": None,
-        "calls_per_block": 1,
-        "blocks": 1,
-        "time_median_s": row.time_s,
-        "time_mean_s": row.time_s,
-        "time_iqr_s": 0.0,
-        "time_cv": 0.0,
-        "trials": 0,
-        "energy_unavailable": "not in the data set",
-        "flags": [],
-        "raw": {},
-        "provenance": provenance,
-        "created_at": utcnow(),
-    }
 
 
 def ensure_kind(session: Session, info: KindInfo, source: str) -> DeviceKind:
@@ -137,7 +108,7 @@ def import_data_set(
     for file in files if files is not None else data.files():
         counts = FileCounts(file)
         report.files.append(counts)
-        pending: list[OpRow] = []
+        pending: list[tuple[OpRow, OperatorSpec, str]] = []
         for row in data.read(file):
             counts.read += 1
             if isinstance(row, BadRow):
@@ -152,8 +123,13 @@ def import_data_set(
             if identity in stored or identity in seen:
                 counts.duplicate += 1
                 continue
+            built = row.build()
+            if isinstance(built, str):
+                counts.skipped += 1
+                report.bad.append(BadRow(file, row.line, built))
+                continue
             seen.add(identity)
-            pending.append(row)
+            pending.append((row, *built))
         if on_bad == "skip" or not report.bad:
             counts.imported = _write(session, data, file, pending, kinds, source.id, report)
         if progress is not None:
@@ -172,7 +148,7 @@ def _write(
     session: Session,
     data: DataSet,
     file: str,
-    rows: list[OpRow],
+    rows: list[tuple[OpRow, OperatorSpec, str]],
     kinds: dict[str, DeviceKind],
     source_id: int,
     report: ImportReport,
@@ -180,14 +156,20 @@ def _write(
     """Store one file's new rows: their configurations first, then their results."""
     if not rows:
         return 0
-    configs = {row.key: (row.key, row.config, row.mode) for row in rows}
+    configs = {key: (key, config, row.mode) for row, config, key in rows}
     stored = store_configs(session, list(configs.values()))
     ids = stored.ids
     report.new_configs += stored.new
     results = [
-        _result_row(
-            row, ids[row.key], kinds[row.device].id, source_id, _provenance(data, file, row)
+        measurement_row(
+            ids[key],
+            row.time_s,
+            kind_id=kinds[row.device].id,
+            source_id=source_id,
+            ref=row.identity(),
+            provenance=_provenance(data, file, row),
+            dtype=config.dtype or (config.inputs[0].dtype if config.inputs else "float32"),
         )
-        for row in rows
+        for row, config, key in rows
     ]
     return queries.add_results(session, "measurements", results)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from operator_db.datasets.runs import identity
 from operator_db.specs.schema import Mode, OperatorSpec
 
 OnBad = Literal["skip", "refuse"]
@@ -53,14 +53,20 @@ class KindInfo:
     """Goes to ``device_kinds.info`` under the data set's name (its own view of the device)."""
 
 
+Built = tuple[OperatorSpec, str] | str
+"""A row's configuration and its key (``specs.keys.operator_key``), or why it has none."""
+
+
 @dataclass(frozen=True)
 class OpRow:
     """One per-operator figure of a data set: a configuration on a device, its time per call."""
 
-    config: OperatorSpec
-    """The configuration, as operator-db's harvester writes the same call (no count or cost)."""
-    key: str
-    """``specs.keys.operator_key(config, mode)``."""
+    what: tuple[str | int, ...]
+    """What ran, in the data set's own terms: its operator's name and shape (the identity)."""
+    build: Callable[[], Built]
+    """The configuration, as operator-db's harvester writes the same call (with its cost), and
+    its key; or why there is none (a shape over the spec format's limits). Built only for a
+    row that is not stored yet: most rows of a second run are duplicates."""
     mode: Mode
     device: str
     """The device kind's name."""
@@ -70,17 +76,16 @@ class OpRow:
     """The row's line in its file (the header is line 1)."""
     details: Callable[[], dict[str, Any]] = dict
     """What else the row says (the kernel and its grid), kept in the result's provenance: read
-    only for a row that is stored (most rows of a second run are duplicates)."""
+    only for a row that is stored."""
 
     def identity(self) -> str:
-        """Return the row's identity within its data set: a digest of device, key and time.
+        """Return the row's identity within its data set: a digest of device, what ran, time.
 
         The same figure in two files of a data set (a merged file and a per-device one) is one
         result; the time at 12 significant digits, so that a float written twice with other
         digits is still the same figure.
         """
-        text = f"{self.device}\x1f{self.key}\x1f{self.time_s:.12g}"
-        return hashlib.sha256(text.encode()).hexdigest()[:40]
+        return identity(self.device, *self.what, self.time_s)
 
 
 @dataclass(frozen=True)

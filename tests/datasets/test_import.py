@@ -176,10 +176,13 @@ def test_refusing_bad_rows_writes_nothing(store: Store, tmp_path: Path) -> None:
 
 
 def test_a_file_or_folder_inside_the_data_set_imports_only_itself() -> None:
-    _, files = neusight(FIXTURE / LN_T4)
-    assert files == [LN_T4]
-    _, files = neusight(FIXTURE / "data/dataset/test")
-    assert files == ["data/dataset/test/vec.csv.gz"]
-    _, every = neusight(FIXTURE)
+    _, files, labels = neusight(FIXTURE / LN_T4)
+    assert (files, labels) == ([LN_T4], [])
+    _, files, labels = neusight(FIXTURE / "data/dataset/test")
+    assert (files, labels) == (["data/dataset/test/vec.csv.gz"], [])
+    _, files, labels = neusight(FIXTURE / "label/Tesla_T4")
+    assert files == [] and labels and all(f.startswith("label/Tesla_T4/") for f in labels)
+    _, every, labels = neusight(FIXTURE)
+    assert len(labels) == 3  # the label JSONs (a trace CSV goes with its JSON)
     assert len(every) == 18 and every[0].endswith("p2.1.0/Tesla T4.csv.gz")
     assert every[-2:] == ["data/dataset/test/vec.csv.gz", "data/dataset/train/collect/ln.csv.gz"]

@@ -18,11 +18,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
+from operator_db.datasets.neusight.labels import label_files
 from operator_db.datasets.neusight.ops import FAMILIES, Family
-from operator_db.datasets.records import BadRow, KindInfo, OpRow, SourceInfo
+from operator_db.datasets.records import BadRow, Built, KindInfo, OpRow, SourceInfo
 from operator_db.errors import InvalidInputError
 from operator_db.roofline.chips import chip_spec
 from operator_db.specs.io import format_error, format_loc
@@ -183,12 +185,15 @@ class NeuSight:
                     yield BadRow(file, index + 2, f"no {needed!r} column")
                 return
         latency = pd.to_numeric(frame["Latency"], errors="coerce").to_numpy()
-        numbers = {
-            c: pd.to_numeric(frame[c], errors="coerce").to_numpy()
-            for c in {c for f in FAMILIES.values() for c in f.columns} & columns
-        }
-        names = frame["OPName"].to_numpy()
-        devices = frame["Device"].to_numpy()
+        # Each shape column once, vectorized: its integers and where they are positive integers.
+        shapes: dict[str, tuple[list[int], list[bool]]] = {}
+        for c in {c for f in FAMILIES.values() for c in f.columns} & columns:
+            values = pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=float)
+            valid = np.isfinite(values) & (values >= 1) & (values == np.floor(values))
+            shapes[c] = (np.where(valid, values, 0).astype(np.int64).tolist(), valid.tolist())
+        times = latency.tolist()
+        names = frame["OPName"].tolist()
+        devices = frame["Device"].tolist()
         extra = {c: frame[c].to_numpy() for c in (*_DETAILS, "Kernels") if c in columns}
         grid = [
             frame[c].to_numpy() if c in columns else None for c in ("Grid x", "Grid y", "Grid z")
@@ -196,49 +201,31 @@ class NeuSight:
         block = [
             frame[c].to_numpy() if c in columns else None for c in ("Block x", "Block y", "Block z")
         ]
-        for index in range(len(frame)):
+        for index, (name, ms, device) in enumerate(zip(names, times, devices, strict=True)):
             line = index + 2
-            family = FAMILIES.get(str(names[index]))
+            family = FAMILIES.get(name)
             if family is None:
-                yield BadRow(file, line, f"unknown operator {str(names[index])[:40]!r}")
+                yield BadRow(file, line, f"unknown operator {str(name)[:40]!r}")
                 continue
-            ms = float(latency[index])
             if not math.isfinite(ms) or ms <= 0:
                 raw = str(frame["Latency"].iat[index])[:40]
                 yield BadRow(file, line, f"latency {raw!r} is not a positive number of ms")
                 continue
-            shape = self._shape(family, numbers, index)
+            shape = _shape(family, shapes, index)
             if isinstance(shape, str):
                 yield BadRow(file, line, shape)
                 continue
-            built = self._config(family, shape)
-            if isinstance(built, str):
-                yield BadRow(file, line, built)
-                continue
-            config, key = built
             yield OpRow(
-                config=config,
-                key=key,
+                what=(family.name, *shape),
+                build=partial(self._config, family, shape),
                 mode="inference",
-                device=str(devices[index]),
+                device=device,
                 time_s=ms / 1000,
                 line=line,
                 details=partial(_details, extra, grid, block, index),
             )
 
-    @staticmethod
-    def _shape(family: Family, numbers: dict[str, Any], index: int) -> tuple[int, ...] | str:
-        values = []
-        for column in family.columns:
-            if column not in numbers:
-                return f"{family.name}: no {column!r} column"
-            value = float(numbers[column][index])
-            if not math.isfinite(value) or value < 1 or value != int(value):
-                return f"{family.name}: {column} must be a positive integer"
-            values.append(int(value))
-        return tuple(values)
-
-    def _config(self, family: Family, shape: tuple[int, ...]) -> tuple[OperatorSpec, str] | str:
+    def _config(self, family: Family, shape: tuple[int, ...]) -> Built:
         cache_key = (family.name, *shape)
         found = self._configs.get(cache_key)
         if found is None:
@@ -253,6 +240,21 @@ class NeuSight:
                 )
             self._configs[cache_key] = found
         return found
+
+
+def _shape(
+    family: Family, shapes: dict[str, tuple[list[int], list[bool]]], index: int
+) -> tuple[int, ...] | str:
+    """Return row ``index``'s shape for ``family``, or why it has none."""
+    values = []
+    for column in family.columns:
+        if column not in shapes:
+            return f"{family.name}: no {column!r} column"
+        ints, valid = shapes[column]
+        if not valid[index]:
+            return f"{family.name}: {column} must be a positive integer"
+        values.append(ints[index])
+    return tuple(values)
 
 
 def _details(
@@ -283,21 +285,25 @@ def _plain(value: Any) -> Any:
     return int(number) if number.is_integer() else number
 
 
-def neusight(path: Path) -> tuple[NeuSight, list[str]]:
-    """Return the data set holding ``path`` and the files of it to import.
+def neusight(path: Path) -> tuple[NeuSight, list[str], list[str]]:
+    """Return the data set holding ``path``, its per-operator files to import, its labels.
 
-    All of its per-operator files, or those in (or of) ``path`` where it is a folder or file
-    inside the data set.
+    All of its per-operator files and whole-model labels (``labels.label_files``), or those in
+    (or of) ``path`` where it is a folder or file inside the data set.
 
     Raises:
         InvalidInputError: ``path`` is in no NeuSight data set, or holds none of its files.
     """
     root, inside = find_root(path)
     data = NeuSight(root)
-    files = data.files()
+    files, labels = data.files(), label_files(root)
     if inside is None:
-        return data, files
-    chosen = [f for f in files if f == inside or f.startswith(inside.rstrip("/") + "/")]
-    if not chosen:
-        raise InvalidInputError(f"{path}: not a per-operator file of the NeuSight data set")
-    return data, chosen
+        return data, files, labels
+    prefix = inside.rstrip("/") + "/"
+    chosen = [f for f in files if f == inside or f.startswith(prefix)]
+    runs = [f for f in labels if f == inside or f.startswith(prefix)]
+    if not chosen and not runs:
+        raise InvalidInputError(
+            f"{path}: neither a per-operator file nor a whole-model label of the NeuSight data set"
+        )
+    return data, chosen, runs
