@@ -259,7 +259,12 @@ def estimate(
 
 
 def roofline(
-    model: Annotated[str, typer.Argument(help="Model name.")],
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="Model name; leave out to draw every configuration measured on --device-kind."
+        ),
+    ] = None,
     device_kind: KindOption = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")] = Path(
         "roofline.png"
@@ -270,15 +275,24 @@ def roofline(
     as_csv: Annotated[bool, typer.Option("--csv", help="Also print the table as CSV.")] = False,
     db: DatabaseOption = None,
 ) -> None:
-    """Plot MODEL on the device's roofline: roofs, one point per configuration, the model."""
+    """Plot MODEL (or a kind's configurations) on the device's roofline: roofs, points, counts."""
+    if model is None:
+        if device_kind is None:
+            raise typer.BadParameter("name a MODEL, or a --device-kind to draw its configurations")
+        if chips:
+            raise typer.BadParameter("--chips overlays a model's plot only")
+        _kind_roofline(device_kind, out, as_csv, db)
+        return
     from operator_db.estimate.rooflines import model_roofline
+    from operator_db.roofline.explain import count_classes
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kind = pick_kind(session, model, device_kind)
         view = model_roofline(session, model, kind)
     table = view.table
     path = view.plot(out, chips=[c.strip() for c in chips.split(",") if c.strip()])
-    bounds = table[table["op"] != "(model)"]["bound"].value_counts().to_dict()
+    configs = table[table["op"] != "(model)"]
+    bounds = configs["bound"].value_counts().to_dict()
     model_row = table[table["op"] == "(model)"].iloc[0]
     console.print(
         f"wrote {path}: {len(table) - 1} configurations "
@@ -286,8 +300,33 @@ def roofline(
         f"compute-bound); model at {model_row['intensity']:.1f} FLOP/byte, "
         f"{(model_row['efficiency'] or 0):.1%} of its roofline bound"
     )
+    counts = count_classes(configs["roof"], configs["efficiency"])  # efficiency: bound / time
+    console.print(f"measured, by roof: {counts.describe(view.measured or view.spec)}")
     if as_csv:
         table.to_csv(sys.stdout, index=False)
+
+
+def _kind_roofline(kind: str, out: Path, as_csv: bool, db: str | None) -> None:
+    """``opdb roofline --device-kind KIND``: every configuration measured on the kind."""
+    from operator_db.roofline.configs import kind_configs_roofline
+
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        view = kind_configs_roofline(session, kind)
+    path = view.plot(out)
+    roof = view.reference
+    console.print(
+        f"wrote {path}: {len(view.table)} configurations on {kind} ({view.dtype} roofs: "
+        f"{roof.source if roof is not None else 'none'})"
+    )
+    console.print(f"by roof: {view.counts.describe(roof)}", soft_wrap=True)
+    for cls in ("algorithm", "unexplained"):  # which algorithm, or why none explains a point
+        for reason in view.reasons(cls):
+            console.print(f"  {cls}: {reason.describe()}", soft_wrap=True)
+    console.print(f"plain roof (no cache): {view.above_plain().describe()}")
+    for line in view.attained_lines():
+        console.print(line)
+    if as_csv:
+        view.table.to_csv(sys.stdout, index=False)
 
 
 def chips(
@@ -302,7 +341,7 @@ def chips(
         typer.Option(
             "--device-kind",
             help="Kind to draw over the chips (repeatable; default: every kind with measured "
-            "peaks).",
+            "peaks or imported from a data set).",
         ),
     ] = None,
     model: Annotated[
@@ -331,6 +370,8 @@ def chips(
     for d in devices:
         console.print(f"{d.kind_name}: measured {describe_roof(d.measured)}")
         console.print(f"  spec ({d.spec_label}): {describe_roof(d.spec)}")
+        for line in d.attained_lines():
+            console.print(f"  {line}")
     for point in points:
         console.print(
             f"{point.label}: {point.intensity:.3g} FLOP/byte, {point.flops_per_s / 1e9:.4g} GFLOP/s"

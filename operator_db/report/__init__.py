@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.engine import safe_url
 from operator_db.errors import OperatorDBError
-from operator_db.report import hardware, sections
+from operator_db.report import hardware, roofs, sections
 from operator_db.report.document import Document, markdown_table
 from operator_db.report.estimates import estimate_table, estimates_section
 from operator_db.report.plots import plot_batch, plot_latency_scatter
@@ -51,7 +51,7 @@ PLOT_FILES = (
 )
 """The plots a report may write under fixed names."""
 
-PLOT_PATTERNS = ("roofline_*.png", "layers_*.png")
+PLOT_PATTERNS = ("roofline_*.png", "configs_roofline_*.png", "layers_*.png")
 """The plots a report writes per device kind and per family. Stale plots from an earlier report
 in the folder (``PLOT_FILES`` and these) are removed first."""
 
@@ -164,6 +164,7 @@ def build_report(
         points[["model", "device_kind", "family_name"]], on=["model", "device_kind"]
     )
     sections.roofline_section(doc, session, achieved, kinds, out_dir)
+    roofs.configs_section(doc, session, kinds, out_dir)
     sections.run_fb_section(doc, runs_fb, out_dir)
     sections.fb_section(doc, fb, out_dir)
     sections.layers_section(doc, layers, out_dir)

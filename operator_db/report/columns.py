@@ -73,6 +73,7 @@ ACHIEVED_DISPLAY: Columns = [
     ("achieved_flops_per_s", "achieved GFLOP/s", num(1e-9)),
     ("roof_flops_per_s", "roof GFLOP/s", num(1e-9)),
     ("of_roof", "of roof", percent),
+    ("roof_label", "roof", text),
 ]
 
 CORRELATION_DATA_DISPLAY: Columns = [

@@ -42,17 +42,19 @@ def chips_section(
     plot_chip_rooflines(out / "chips_roofline.png", devices=devices)
     doc.para(
         "The float32 roofs of every chip of the spec-sheet table (`peaks.yaml`; a chip without a "
-        "float32 figure is drawn at the dtype in brackets), with the measured roof (solid) and "
-        "the spec roof (dashed) of each device kind here that `opdb peaks` measured. A CPU's "
-        "spec roof is scaled to the cores its measuring host's process may use; a kind whose "
-        "name only partly matches a chip is drawn as the closest spec-sheet match. "
-        "docs/peaks.md explains both."
+        "float32 figure is drawn at the dtype in brackets), with the measured roof (solid), the "
+        "spec roof (dashed) and the cache roofs (dotted) of each device kind here that `opdb "
+        "peaks` measured or a data set imported. A CPU's spec roof is scaled to the cores its "
+        "measuring host's process may use; a kind whose name only partly matches a chip is "
+        "drawn as the closest spec-sheet match; a GPU's L2 roof is attained by its "
+        "configurations (no spec sheet gives one), drawn where it beats the DRAM roof. "
+        "docs/peaks.md explains them."
     )
     doc.image("chips_roofline.png", "Roofline of the chips of the spec-sheet table")
     doc.bullets(
         [
             f"{d.kind_name}: measured {describe_roof(d.measured)}; spec ({d.spec_label}) "
-            f"{describe_roof(d.spec)}"
+            f"{describe_roof(d.spec)}" + "".join(f"; {line}" for line in d.attained_lines())
             for d in devices
         ]
         or ["No device kind here has measured peaks: run `opdb peaks` on a host to add its roof."]

@@ -367,9 +367,12 @@ def plot_achieved_roofline(
     ``points`` has ``intensity`` (FLOP/byte), ``achieved_flops_per_s``, ``family_name``,
     ``mode`` and ``batch_size``; ``spec``/``measured`` are the kind's
     :class:`~operator_db.roofline.bounds.Peaks` (either may be None), drawn by
-    :func:`~operator_db.roofline.figure.draw_roofs`.
+    :func:`~operator_db.roofline.figure.draw_roofs`; with a ``roof`` column (and ``above``:
+    :func:`~operator_db.report.roofs.classify_runs`), the runs a cache roof explains are ringed
+    and those above every roof crossed.
     """
-    from operator_db.roofline.figure import draw_roofs, roof_intensities
+    from operator_db.roofline.explain import count_classes
+    from operator_db.roofline.figure import draw_roofs, mark_classes, roof_intensities
 
     shown = points[
         (points["intensity"].astype(float) > 0) & (points["achieved_flops_per_s"].astype(float) > 0)
@@ -383,6 +386,15 @@ def plot_achieved_roofline(
         lo, hi = 0.1, 1e3
     draw_roofs(ax, roof_intensities(lo, hi), spec=spec, measured=measured)
     _scatter_styled(ax, shown, "intensity", "achieved_flops_per_s", markers, colors, label_at="-y")
+    if "roof" in shown:  # the runs a cache roof explains ringed, those above every roof crossed
+        mark_classes(
+            ax,
+            list(shown["intensity"].astype(float)),
+            list(shown["achieved_flops_per_s"].astype(float)),
+            list(shown["roof"]),
+            measured or spec,
+            count_classes(shown["roof"], shown.get("above")),
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of compulsory traffic)")

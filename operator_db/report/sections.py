@@ -42,6 +42,8 @@ from operator_db.report.plots import (
     plot_latency_scatter,
     plot_spearman,
 )
+from operator_db.report.roofs import classify_runs, counts_line
+from operator_db.roofline.explain import count_classes
 from operator_db.roofline.peaks import best_peaks, kind_peaks, peaks_of
 from operator_db.study import analysis
 from operator_db.study.analysis.layers import OTHER, PASSES, QUANTITIES
@@ -322,9 +324,12 @@ def roofline_section(
         "Every measured model × batch size on its device kind's roofs: achieved performance = "
         "FLOPs of one call / measured latency; arithmetic intensity = FLOPs / compulsory bytes "
         "(the traffic of the complexity table). The roofs are the kind's spec-sheet peaks "
-        "(solid) and measured peaks from `opdb peaks` (dashed), as known; `of roof` is the "
-        "achieved share of the best-known roof at the point's intensity. A whole model sits "
-        "below its operators' roofs: the time between operators counts against it."
+        "(solid) and measured peaks from `opdb peaks` (dashed), as known, with its cache roofs "
+        "(dotted: a CPU's measured copies, a GPU's L2 attained by its configurations); `of "
+        "roof` is the achieved share of the best-known roof at the point's intensity, `roof` "
+        "the roof that explains the point (a run above every roof is unexplained, crossed in "
+        "the plot). A whole model sits below its operators' roofs: the time between operators "
+        "counts against it."
     )
     markers = family_markers(points["family_name"])
     colors = batch_colors(points["batch_size"].dropna())
@@ -336,6 +341,8 @@ def roofline_section(
         spec = peaks_of(known, dtype, "spec")
         measured = peaks_of(known, dtype, "measured")
         name = f"roofline_{i:02d}_{_slug(str(kind_name))}.png"
+        best = best_peaks(known, dtype)
+        group = classify_runs(group, best)
         plot_achieved_roofline(
             group, str(kind_name), spec, measured, out / name, markers=markers, colors=colors
         )
@@ -346,8 +353,10 @@ def roofline_section(
                 "`opdb peaks` on such a host, or store its spec peaks (`opdb peaks --list`)."
             )
         doc.image(name, f"Achieved performance on the roofline of {kind_name}")
+        if best is not None:
+            doc.para(counts_line(count_classes(group["roof"], group["above"]), best))
         ordered = group.sort_values(["family_name", "mode", "batch_size", "model"])
-        table = achieved_table(ordered, best_peaks(known, dtype))
+        table = achieved_table(ordered, best)
         doc.table(display(table, ACHIEVED_DISPLAY))
 
 

@@ -95,17 +95,20 @@ class CacheRoof:
     capacity_bytes: float
     """What the level holds for the cores measured, bytes (every instance those cores use)."""
     bytes_per_s: float
-    """The copy's rate (bytes read + written per second) with its buffers in the level."""
+    """The level's rate, bytes/s: a copy's with its buffers in the level (measured), or the
+    fastest a configuration that fits in it reached (attained, :mod:`.attained`)."""
+    source: str = "measured copy"
+    """How the rate was found, for display: ``measured copy``, or an attained roof's derivation."""
 
 
 @dataclass(frozen=True)
 class Peaks:
     """The roof of a device for one dtype: its compute peak and its memory bandwidth.
 
-    ``caches`` (a CPU's measured cache levels) make the memory roof hierarchical: the bytes a
-    configuration moves are served by the fastest levels first, each up to what it holds, and
-    only the rest at ``bytes_per_s`` (:meth:`memory_time_s`). Without them it is the plain
-    roofline, bytes / bandwidth.
+    ``caches`` (a CPU's measured cache levels, a GPU's attained L2) make the memory roof
+    hierarchical: the bytes a configuration moves are served by the fastest levels first, each up
+    to what it holds, and only the rest at ``bytes_per_s`` (:meth:`memory_time_s`). Without them
+    it is the plain roofline, bytes / bandwidth.
     """
 
     flops_per_s: float
@@ -115,7 +118,8 @@ class Peaks:
     source: str = "spec"
     """Where the two figures come from (spec sheet, measured, or a mix), for display."""
     caches: tuple[CacheRoof, ...] = ()
-    """Cache levels faster than memory, each a roof of its own (measured; CPUs)."""
+    """Cache levels faster than memory, each a roof of its own (a CPU's measured ones; a GPU's
+    L2 attained by its configurations)."""
 
     def memory_time_s(self, nbytes: float | None) -> float:
         """Return the least time to move ``nbytes`` bytes, s (None: 0).

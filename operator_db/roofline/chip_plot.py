@@ -11,6 +11,7 @@ the report's "Chips" section draw it; docs/peaks.md explains it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
-from operator_db.roofline.bounds import Peaks, ridge_point
+from operator_db.roofline.attained import AttainedRoof
+from operator_db.roofline.bounds import CacheRoof, Peaks, ridge_point
 from operator_db.roofline.chips import CATEGORIES, Category, ChipPeaks, load_peak_table
 from operator_db.roofline.peaks import dtype_candidates, kind_peaks, peaks_of
 
@@ -44,7 +46,21 @@ CATEGORY_COLORMAPS: dict[Category, str] = {
     "soc": "RdPu",
 }
 LINESTYLES = ("-", "--", "-.", ":")
-DEVICE_COLORS = ("black", "tab:red", "tab:cyan", "tab:olive")
+DEVICE_COLORS = (
+    "black",
+    "tab:red",
+    "tab:cyan",
+    "tab:olive",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:blue",
+    "tab:orange",
+    "tab:gray",
+)
+
+DEVICES_INSIDE = 4
+"""Legend entries of the database's devices kept inside the axes; more go below them."""
 
 INTENSITY_RANGE = (1e-2, 1e4)
 """The x axis, FLOP/byte: below every chip's ridge point on the left, above it on the right."""
@@ -76,6 +92,14 @@ class DeviceRoofs:
     measured: Peaks | None
     spec_label: str = "spec"
     """What the spec roof is (``KindPeaks.spec_label``: the chip or closest match, scaling)."""
+    attained: tuple[AttainedRoof, ...] = ()
+    """The kind's attained cache roofs (a GPU's L2, :mod:`.attained`), applied or not."""
+
+    def attained_lines(self) -> list[str]:
+        """Return one line per attained roof: rate, derivation, and whether it is a roof."""
+        roof = self.measured or self.spec
+        memory = roof.bytes_per_s if roof is not None else None
+        return [r.describe(memory) for r in self.attained]
 
 
 @dataclass(frozen=True)
@@ -109,20 +133,32 @@ def device_roofs(
     """Return the roofs of device kinds of the database for ``dtype``.
 
     ``kinds`` names them (each must exist; kept if it has either roof); by default every kind
-    with measured peaks (``opdb peaks`` ran on such a host). A CPU's spec roof is scaled to the
-    cores its measuring hosts recorded, never to the reader's.
+    with measured peaks (``opdb peaks`` ran on such a host) or imported from a data set (its
+    ``info`` names the data set: ``opdb import``; drawn with its spec roof). A CPU's spec roof is
+    scaled to the cores its measuring hosts recorded, never to the reader's. Each roof carries
+    the kind's attained L2 roof where it is faster than the roof's bandwidth.
 
     Raises:
         NotFoundError: a named kind does not exist.
     """
+    sources = set(queries.data_source_names(session).values()) if kinds is None else set()
     out: list[DeviceRoofs] = []
     for kind in queries.device_kinds(session, kinds):
+        imported = bool(sources & set(kind.info or {}))
+        if kinds is None and not imported and not _has_measured(session, kind.id):
+            continue  # neither measured nor imported: not drawn unless named (no L2 query)
         known = kind_peaks(session, kind, kind.name)
         spec = peaks_of(known, dtype, "spec")
         measured = peaks_of(known, dtype, "measured")
-        if measured is not None or (kinds is not None and spec is not None):
-            out.append(DeviceRoofs(kind.name, spec, measured, known.spec_label))
+        if measured is not None or ((kinds is not None or imported) and spec is not None):
+            out.append(
+                DeviceRoofs(kind.name, spec, measured, known.spec_label, known.attained_caches)
+            )
     return out
+
+
+def _has_measured(session: Session, kind_id: int) -> bool:
+    return any(r.source == "measured" for r in queries.peak_rows(session, kind_id))
 
 
 def describe_roof(peaks: Peaks | None) -> str:
@@ -155,7 +191,9 @@ def plot_chip_rooflines(
 
     Log-log axes (FLOP/byte, FLOP/s); chips coloured by category (shades and line styles apart
     within one), the legend outside the axes, grouped by category. Each device is drawn thick: its
-    measured roof solid, its spec roof dashed, in its own colour, with its ridge point marked.
+    measured roof solid, its spec roof dashed, its cache roofs dotted (a CPU's measured ones, a
+    GPU's attained L2, labelled with how it was found), in its own colour, with its ridge point
+    marked.
     The suffix of ``path`` picks the format (.png, .svg). Returns ``path``.
 
     Raises:
@@ -163,10 +201,16 @@ def plot_chip_rooflines(
     """
     from matplotlib import colormaps
 
-    from operator_db.roofline.figure import new_figure
+    from operator_db.roofline.figure import cache_label, new_figure
 
     roofs = chip_roofs(dtype, chips)
-    fig = new_figure(13.5, 7.5)
+    entries = len(points) + sum(
+        len([p for p in (d.measured, d.spec) if p is not None])
+        + len({c for p in (d.measured, d.spec) if p is not None for c in p.caches})
+        for d in devices
+    )
+    below = entries > DEVICES_INSIDE
+    fig = new_figure(13.5, 7.5 + (0.17 * math.ceil(entries / 2) if below else 0.0))
     ax = fig.add_subplot()
     handles: list[Any] = []
     for category in CATEGORIES:
@@ -199,6 +243,16 @@ def plot_chip_rooflines(
             device_handles.append(ax.get_lines()[-1])
             ridge = ridge_point(peaks.flops_per_s, peaks.bytes_per_s)
             ax.plot([ridge], [peaks.flops_per_s], "o", color=color, ms=6, zorder=5)
+        drawn: set[CacheRoof] = set()
+        for peaks in (p for p in (device.measured, device.spec) if p is not None):
+            for cache in peaks.caches:
+                if cache in drawn:
+                    continue
+                drawn.add(cache)
+                level = Peaks(peaks.flops_per_s, cache.bytes_per_s, cache.level)
+                label = f"{device.kind_name}: {cache_label(cache)}"
+                _draw(ax, level, color=color, ls=":", lw=2.4, zorder=5, label=label)
+                device_handles.append(ax.get_lines()[-1])
     for i, point in enumerate(points):
         ax.scatter(
             [point.intensity],
@@ -221,7 +275,17 @@ def plot_chip_rooflines(
     ax.set_title(
         title or f"Roofline of {len(roofs)} chips ({dtype}; spec sheets, dense, one chip or socket)"
     )
-    if device_handles:
+    if below:  # too many to leave the lines visible: below the axes
+        fig.legend(
+            handles=device_handles,
+            loc="outside lower center",
+            ncols=2,
+            fontsize=7.5,
+            frameon=False,
+            title="this database's devices",
+            title_fontsize=8,
+        )
+    elif device_handles:
         ax.legend(
             handles=device_handles,
             loc="lower right",

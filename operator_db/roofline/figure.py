@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from operator_db.errors import OperatorDBError
-from operator_db.roofline.bounds import Peaks
+from operator_db.roofline.bounds import CacheRoof, Peaks
+from operator_db.roofline.explain import RoofClass, RoofCounts, cache_levels, class_labels, times
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -46,18 +47,84 @@ def draw_roof(ax: Any, peaks: Peaks, xs: Sequence[float], **style: Any) -> None:
     ax.plot(xs, ys, **style)
 
 
+def cache_label(cache: CacheRoof) -> str:
+    """Return a cache roof's legend: ``L2 roof, 224 GB/s (measured copy; holds 2 MiB)``."""
+    size = f"{cache.capacity_bytes / (1 << 20):g} MiB"
+    return f"{cache.level} roof, {cache.bytes_per_s / 1e9:.4g} GB/s ({cache.source}; holds {size})"
+
+
 def draw_roofs(ax: Any, xs: Sequence[float], *, spec: Peaks | None, measured: Peaks | None) -> None:
     """Draw a kind's spec roof (solid), measured roof (dashed) and cache roofs (dotted).
 
-    Each is labelled by its source; a cache level's roof by its level and what it holds.
+    Each is labelled by its source; a cache level's roof by its level, how it was found (a
+    measured copy, or attained by the kind's configurations) and what it holds; one that both
+    roofs carry (an attained one) once.
     """
     if spec is not None:
         draw_roof(ax, spec, xs, color="black", lw=2, label=f"roof, {spec.source}")
     if measured is not None:
         draw_roof(ax, measured, xs, color="black", lw=2, ls="--", label=f"roof, {measured.source}")
+    drawn: set[CacheRoof] = set()
     for roof in (r for r in (spec, measured) if r is not None):
         for cache in roof.caches:
+            if cache in drawn:
+                continue
+            drawn.add(cache)
             level = Peaks(roof.flops_per_s, cache.bytes_per_s, cache.level)
-            size = f"{cache.capacity_bytes / (1 << 20):g} MiB"
-            label = f"{cache.level} roof (measured copy; holds {size})"
-            draw_roof(ax, level, xs, color="dimgray", lw=1.5, ls=":", label=label)
+            draw_roof(ax, level, xs, color="dimgray", lw=1.5, ls=":", label=cache_label(cache))
+
+
+def mark_classes(
+    ax: Any,
+    xs: Sequence[float],
+    ys: Sequence[float],
+    classes: Sequence[RoofClass | None],
+    peaks: Peaks | None,
+    counts: RoofCounts,
+) -> None:
+    """Mark the points above the plain roof by what explains them.
+
+    A cache roof: ringed; a Winograd or FFT kernel: purple diamonds; nothing: red crosses.
+
+    ``xs``, ``ys`` and ``classes`` are the points' intensities, achieved FLOP/s and classes
+    (:func:`~operator_db.roofline.explain.roof_class`); ``counts`` their counts, for the legend.
+    """
+    labels = class_labels(peaks)
+    cached = [(x, y) for x, y, c in zip(xs, ys, classes, strict=True) if c == "cache"]
+    if cached:
+        ax.scatter(
+            *zip(*cached, strict=True),
+            s=60,
+            facecolors="none",
+            edgecolors="darkorange",
+            linewidths=1.4,
+            zorder=6,
+            label=f"{labels['cache']}: above the DRAM roof, within the {cache_levels(peaks)} "
+            f"roof ({counts.cache})",
+        )
+    fewer = [(x, y) for x, y, c in zip(xs, ys, classes, strict=True) if c == "algorithm"]
+    if fewer:
+        most = "" if counts.algorithm_most is None else f", up to {times(counts.algorithm_most)}"
+        ax.scatter(
+            *zip(*fewer, strict=True),
+            s=16,
+            marker="D",
+            facecolors="none",
+            edgecolors="purple",
+            linewidths=0.7,
+            zorder=6,
+            label=f"{labels['algorithm']}: a Winograd/FFT kernel ran fewer FLOPs than counted "
+            f"({counts.algorithm}{most})",
+        )
+    lost = [(x, y) for x, y, c in zip(xs, ys, classes, strict=True) if c == "unexplained"]
+    if lost:
+        most = "" if counts.most_above is None else f", up to {times(counts.most_above)}"
+        ax.scatter(
+            *zip(*lost, strict=True),
+            s=36,
+            marker="x",
+            color="red",
+            linewidths=1.2,
+            zorder=7,
+            label=f"unexplained: above every roof ({counts.unexplained}{most})",
+        )

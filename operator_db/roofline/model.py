@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from operator_db.errors import ConfigurationError, NotFoundError, OperatorDBError
 from operator_db.roofline.bounds import Peaks, arithmetic_intensity
 from operator_db.roofline.chips import ChipPeaks, find_chip
-from operator_db.roofline.figure import draw_roof, draw_roofs, roof_intensities
+from operator_db.roofline.explain import count_classes
+from operator_db.roofline.figure import draw_roof, draw_roofs, mark_classes, roof_intensities
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -75,6 +76,7 @@ ROOFLINE_COLUMNS = [
     "bound",
     "efficiency",
     "time_share",
+    "roof",
 ]
 
 
@@ -87,7 +89,9 @@ def roofline_table(
     """Return one row per measurable configuration, then a row ``(model)`` for the whole model.
 
     Times in s, FLOP/s, bytes; ``bound`` says which roof limits the configuration ("memory" or
-    "compute", by the measured peaks where known); ``efficiency`` = roofline bound / measured time.
+    "compute", by the measured peaks where known); ``efficiency`` = roofline bound / measured time;
+    ``roof`` which roof explains a measured configuration (``memory``, ``cache``, ``compute``, or
+    ``unexplained``: above every roof; :func:`~operator_db.roofline.explain.roof_class`).
     ``counters`` (by configuration key) replace the spec's FLOPs and bytes by measured ones where
     they hold them (:func:`~operator_db.roofline.counters.roofline_work`); ``source`` says which
     a row uses (``spec``, ``ncu``, ``ncu bytes``, ``ncu FLOPs``); the model's row sums the rows.
@@ -95,6 +99,7 @@ def roofline_table(
     import pandas as pd  # here, not at the top: `opdb estimate` needs Peaks, not tables
 
     from operator_db.roofline.counters import roofline_work
+    from operator_db.roofline.explain import roof_class
 
     reference = measured or spec
     rows: list[dict[str, Any]] = []
@@ -124,6 +129,9 @@ def roofline_table(
                 "bound": bound,
                 "efficiency": bound_ref / t if t and bound_ref is not None else None,
                 "time_share": r.time_share,
+                "roof": (
+                    None if reference is None or not t else roof_class(flops, nbytes, t, reference)
+                ),
             }
         )
     total_flops = math.fsum(r["count"] * r["flops"] for r in rows)
@@ -149,6 +157,7 @@ def roofline_table(
             "bound": None,
             "efficiency": ref_total / model_time if model_time and ref_total else None,
             "time_share": 1.0,
+            "roof": None,
         }
     )
     return pd.DataFrame.from_records(rows, columns=ROOFLINE_COLUMNS)
@@ -167,7 +176,9 @@ def plot_roofline(
     """Draw the device's roofs, one point per measured configuration and the model; save a PNG.
 
     Points are sized by their share of the model's time and coloured by operator type (the eight
-    largest; the rest grey). ``chips`` overlays the roofs of chips of the shipped peak table.
+    largest; the rest grey); those a cache roof explains are ringed and those above every roof
+    crossed (the table's ``roof``), and the title counts each. ``chips`` overlays the roofs of
+    chips of the shipped peak table.
 
     Raises:
         OperatorDBError: matplotlib is missing, or nothing is measured to plot.
@@ -225,6 +236,16 @@ def plot_roofline(
             label=op.removeprefix("torch.nn.functional.").removeprefix("torch.nn.")
             + f" ({sel['time_share'].sum():.0%} of time)",
         )
+    reference = measured or spec
+    counts = count_classes(points["roof"], points["efficiency"])  # efficiency: bound / time
+    mark_classes(
+        ax,
+        list(points["intensity"]),
+        list(points["achieved_flops_per_s"]),
+        list(points["roof"]),
+        reference,
+        counts,
+    )
     model = table[table["op"] == "(model)"].iloc[0]
     if model["achieved_flops_per_s"] and model["bytes"]:
         ax.scatter(
@@ -249,7 +270,9 @@ def plot_roofline(
     ax.set_ylabel("achieved performance (FLOP/s)")
     ax.set_title(
         f"Roofline: {est.model} ({est.mode}) on {est.device_kind}\n"
-        f"{len(points)} configurations; marker area ∝ share of the model's time"
+        f"{len(points)} configurations ({counts.describe(reference)}); "
+        "marker area ∝ share of the model's time",
+        fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="lower right", framealpha=0.9)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
-from operator_db.db.models import DeviceKind
+from operator_db.db.models import DeviceKind, DevicePeak
+from operator_db.roofline.attained import AttainedRoof, attained_roofs, with_attained
 from operator_db.roofline.bounds import CacheRoof, Peaks
 from operator_db.roofline.chips import (
     ChipMatch,
@@ -107,6 +108,9 @@ class KindPeaks:
     """How each measured peak was taken, by dtype (``BANDWIDTH`` for the copy)."""
     measured_caches: tuple[CacheRoof, ...] = ()
     """A CPU's cache levels measured by ``opdb peaks``, the best of each level, L2 first."""
+    attained_caches: tuple[AttainedRoof, ...] = ()
+    """A GPU's L2 roof attained by its L2-resident configurations (no spec sheet gives one;
+    :mod:`.attained`): added to a roof it is faster than (:func:`peaks_of`)."""
     spec_chip: str | None = None
     """The table chip the spec figures are, when known."""
     spec_match: MatchKind | None = None
@@ -280,7 +284,9 @@ def peaks_of(kind: KindPeaks, dtype: str, source: PeakSource) -> Peaks | None:
     label = f"{what}: {flops.dtype} peak and bandwidth" + (
         f", {' and '.join(c.level for c in caches)} roofs" if caches else ""
     )
-    return Peaks(flops.value, bw.value, source=label, caches=caches)
+    return with_attained(
+        Peaks(flops.value, bw.value, source=label, caches=caches), kind.attained_caches
+    )
 
 
 def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
@@ -296,12 +302,13 @@ def best_peaks(kind: KindPeaks, dtype: str) -> Peaks | None:
         return None
     label = {"measured": "measured", "spec": kind.spec_label}
     caches = kind.measured_caches if bw.source == "measured" else ()
-    return Peaks(
+    mixed = Peaks(
         flops.value,
         bw.value,
         source=f"{label[flops.source]} FLOP/s, {label[bw.source]} bandwidth",
         caches=caches,
     )
+    return with_attained(mixed, kind.attained_caches)
 
 
 def spec_peaks_for(kind_name: str, *, usable_cores: float | None = None) -> KindPeaks | None:
@@ -337,8 +344,9 @@ def peaks_for_kind(session: Session, kind_name: str) -> KindPeaks:
     """Return the best-known spec and measured peaks of a device kind.
 
     Spec: the stored spec rows, or (none stored) the shipped table's chip matching ``kind_name``.
-    Measured: per dtype, and for bandwidth, the highest stored value over all hosts. An unknown
-    kind with no matching chip gives an empty ``KindPeaks``.
+    Measured: per dtype, and for bandwidth, the highest stored value over all hosts. A GPU's L2
+    roof attained by its configurations (:func:`~operator_db.roofline.attained.attained_roofs`).
+    An unknown kind with no matching chip gives an empty ``KindPeaks``.
     """
     return kind_peaks(session, queries.find_device_kind(session, kind_name), kind_name)
 
@@ -386,6 +394,32 @@ def kind_peaks(session: Session, kind: DeviceKind | None, kind_name: str) -> Kin
         usable_cores_seen=seen,
     )
     usable = seen[-1] if seen else None
+    known = _with_spec(peaks, kind, kind_name, spec, usable)
+    attained = attained_roofs(
+        session,
+        kind,
+        kind_name,
+        measured_levels=list(caches),
+        compute_peak=lambda dtype: _highest_flops(known, dtype),
+    )
+    return replace(known, attained_caches=attained) if attained else known
+
+
+def _highest_flops(known: KindPeaks, dtype: str) -> float | None:
+    """Return the highest compute peak known for ``dtype`` (spec or measured), or None."""
+    found = [known.flops_per_s(dtype, prefer=p) for p in ("spec", "measured")]
+    values = [p.value for p in found if p is not None]
+    return max(values) if values else None
+
+
+def _with_spec(
+    peaks: KindPeaks,
+    kind: DeviceKind | None,
+    kind_name: str,
+    spec: list[DevicePeak],
+    usable: float | None,
+) -> KindPeaks:
+    """Return ``peaks`` (measured) with the kind's spec: stored rows, else the shipped table."""
     if spec:
         chip = _stored_chip(kind, kind_name, spec[0].reference)
         return replace(

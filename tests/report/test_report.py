@@ -115,6 +115,7 @@ def test_empty_database(store: Store, tmp_path: Path) -> None:
         ("Rank correlation", "- no model has a measured full-model run: nothing to correlate"),
         ("Batch size", "No model family has full-model runs at two or more batch sizes"),
         ("Achieved performance on the device roofline", "no point to place on a roofline"),
+        ("Configurations on the device roofs", "no configuration to place on a roofline"),
         ("Forward and backward from whole-model runs", "- no training spec has a full-model run"),
         (
             "Forward and backward per configuration (training specs)",
@@ -158,6 +159,7 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
         "Rank correlation",
         "Batch size",
         "Achieved performance on the device roofline",
+        "Configurations on the device roofs",
         "Forward and backward from whole-model runs",
         "Forward and backward per configuration (training specs)",
         "Layer types: shares of latency, FLOPs and memory",
@@ -186,8 +188,20 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
         "layers_02_tf0.png",
         "layers_03_tf1.png",
     ]
-    for name in [*rooflines, *layers]:
+    configs = sorted(p.name for p in out.glob("configs_roofline_*.png"))
+    assert configs == ["configs_roofline_00_nvidia-h100-80gb-hbm3.png"]  # none on the CPU
+    for name in [*rooflines, *layers, *configs]:
         assert png_ok(out / name) and f"]({name})" in text
+    # Every point on a roofline is counted under the roof that explains it.
+    roofs = text.split("## Configurations on the device roofs\n\n", 1)[1].split("\n## ", 1)[0]
+    assert (
+        "| device kind | configurations | DRAM-bound | cache-explained | compute-bound |" in roofs
+    )
+    assert (
+        "- By roof: 68 DRAM-bound, 0 cache-explained, 17 compute-bound, 0 algorithm-explained, "
+        "0 unexplained." in roofs
+    )
+    assert "no L2 roof: the fastest of 80 L2-resident configurations" in roofs  # H100: 50 MiB
     assert "roof, spec float32 peak and bandwidth" not in text  # drawn in the PNG, not in text
     assert f"No peaks known for {STUDY_CPU}: the points are drawn without roofs." in text
     assert f"- forward latency: measured on {STUDY_GPU}" in text

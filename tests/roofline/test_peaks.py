@@ -780,6 +780,7 @@ def test_cache_roofs_serve_the_first_bytes_and_memory_the_rest() -> None:
         "level": "L3",
         "capacity_bytes": 30e6,
         "bytes_per_s": 100e9,
+        "source": "measured copy",  # how the level's rate was found (an attained one says so)
     }
     assert plain.as_dict() == {
         "flops_per_s": 1e11,

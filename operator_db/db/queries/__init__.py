@@ -53,6 +53,14 @@ from operator_db.db.queries.overview import (
     newest_measurements,
 )
 from operator_db.db.queries.peaks import PeakFigure, has_spec_peaks, peak_rows, replace_peaks
+from operator_db.db.queries.points import (
+    ConfigWork,
+    FastestWithin,
+    RateRow,
+    fastest_within,
+    imported_kernels,
+    kind_config_work,
+)
 from operator_db.db.queries.predictors import (
     add_predictors,
     latest_predictors,
@@ -71,22 +79,38 @@ from operator_db.db.queries.results import (
     model_job_states,
 )
 from operator_db.db.queries.sources import (
+    ModelKindFigures,
+    SourceCount,
     add_results,
     data_source_names,
     data_sources,
     get_or_update_data_source,
     imported_refs,
+    model_kind_figures,
+    result_sources,
     results_per_source,
+    source_counts,
 )
 from operator_db.db.queries.tables import TABLES, row_counts
 
 __all__ = [
+    "ConfigWork",
+    "FastestWithin",
+    "RateRow",
+    "fastest_within",
+    "imported_kernels",
+    "kind_config_work",
     "add_results",
     "data_source_names",
     "data_sources",
     "get_or_update_data_source",
     "imported_refs",
     "results_per_source",
+    "ModelKindFigures",
+    "SourceCount",
+    "model_kind_figures",
+    "result_sources",
+    "source_counts",
     "NewestResult",
     "measurement_provenance",
     "models_measured_per_kind",
