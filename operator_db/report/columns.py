@@ -41,6 +41,8 @@ ESTIMATE_DISPLAY: Columns = [
     ("device_busy_s", "device busy (ms)", num(1e3)),
     ("syncs", "syncs", integer),
     ("host_cpu", "host CPU", text),
+    ("sources", "figures from", text),
+    ("full_run_source", "run from", text),
 ]
 
 COMPLEXITY_DISPLAY: Columns = [

@@ -31,6 +31,8 @@ ESTIMATE_COLUMNS = [
     "device_busy_s",
     "syncs",
     "host_cpu",
+    "sources",
+    "full_run_source",
 ]
 
 
@@ -59,6 +61,8 @@ def estimate_table(session: Session, pairs: Iterable[tuple[str, str]]) -> pd.Dat
                 "device_busy_s": None if pipe is None else pipe.device_busy_s,
                 "syncs": None if pipe is None else pipe.syncs,
                 "host_cpu": est.host_cpu or "",
+                "sources": ", ".join(f"{name} {n}" for name, n in sorted(est.sources.items())),
+                "full_run_source": est.full_run_source or "",
             }
         )
     return pd.DataFrame.from_records(records, columns=ESTIMATE_COLUMNS)
@@ -75,6 +79,10 @@ def estimates_section(doc: Document, table: pd.DataFrame) -> None:
         "of the model's calls in order (where its run had one) plus the time between them; on a "
         "GPU the host and the device simulated over the calls in order (host and device busy "
         "times, synchronizing calls, the CPU the host stage was measured on). *Looped alone* is "
-        "the error of the same model composed from its operators timed alone (docs/estimates.md)."
+        "the error of the same model composed from its operators timed alone (docs/estimates.md). "
+        "*Figures from* counts the configurations by where their figure comes from: `measured` "
+        "(operator-db's own), a data set's name (imported with `opdb import`: measured by others, "
+        "with their method; docs/datasets.md), `predicted`; *run from* says the same of the "
+        "measured run."
     )
     doc.table(display(table, ESTIMATE_DISPLAY))

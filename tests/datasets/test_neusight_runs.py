@@ -243,3 +243,23 @@ def test_the_shipped_specs_describe_the_labelled_runs() -> None:
             label = parse_label(str(file))
             assert label is not None and label.spec_name == spec.model.name
             assert tensor.shape == [label.batch, label.seqlen]
+
+
+def test_estimates_and_the_report_name_imported_figures(store: Store) -> None:
+    """An imported figure never passes for a measured one: the estimate counts its sources and
+    notes them, and the report's estimates table says where figures and run come from."""
+    from operator_db.estimate.compose import estimate_model
+    from operator_db.report.estimates import estimate_table
+
+    model, kind = "neusight-bert-large-inf-512-8", "Tesla T4"
+    with store.transaction() as session:
+        import_runs(session, NeuSight(FIXTURE))
+        est = estimate_model(session, model, kind)
+        table = estimate_table(session, [(model, kind)])
+    assert set(est.sources) == {"neusight"} and est.full_run_source == "neusight"
+    assert {r["source"] for r in est.config_rows} <= {"neusight", None}
+    assert any(n.startswith("imported: ") and "neusight" in n for n in est.notes)
+    assert any("full-model run was imported from the data set neusight" in n for n in est.notes)
+    row = table.iloc[0]
+    assert row["sources"] == f"neusight {est.sources['neusight']}"
+    assert row["full_run_source"] == "neusight"
