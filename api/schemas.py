@@ -59,8 +59,31 @@ class IngestedSpec(BaseModel):
     disagreeing_configs: int
 
 
+SOURCE = (
+    "'measured' (operator-db's own measurement) or the name of the data set it was imported from "
+    "(measured by others, with their method: `opdb import`, GET /data-sources)"
+)
+"""What a ``source`` field holds, for the descriptions."""
+
+
+class ModelKindOut(BaseModel):
+    """What a model has on one device kind: its configurations' results, its whole-model runs."""
+
+    device_kind: str
+    configs_with_results: int = Field(
+        description="Its configurations with a stored result on the kind, own or imported."
+    )
+    configs_imported: int = Field(
+        description="Of those, the ones with imported results only: their figure is a data "
+        "set's, not operator-db's own (an own result counts before an imported one)."
+    )
+    model_runs: dict[str, int] = Field(
+        description=f"Whole-model runs on the kind per source: {SOURCE}."
+    )
+
+
 class ModelSummaryOut(BaseModel):
-    """A model with its totals per forward (or training step)."""
+    """A model with its totals per forward (or training step) and what it has on each kind."""
 
     name: str
     reference: str | None
@@ -70,6 +93,10 @@ class ModelSummaryOut(BaseModel):
     calls: int
     flops: int = Field(description="Σ count × forward FLOPs, in FLOPs.")
     params: int = Field(description="Σ count × parameters, in elements.")
+    device_kinds: list[ModelKindOut] = Field(
+        description="The device kinds it has figures on (a configuration's result or a "
+        "whole-model run), by name; measured or not, a model is listed."
+    )
 
 
 class OperatorOut(BaseModel):
@@ -152,6 +179,15 @@ class EstimateOut(BaseModel):
     opaque: int
     full_run_time_s: float | None
     full_run_energy_j: float | None
+    full_run_source: str | None = Field(
+        description=f"Where full_run_time_s comes from: {SOURCE}; null without a run."
+    )
+    sources: dict[str, int] = Field(
+        description="Configurations per source of their figure: 'measured' (operator-db's own), "
+        "a data set's name (imported: measured by others, with their method, never passed for "
+        "operator-db's own), 'predicted' (predict=true); configurations without a figure are "
+        "not counted."
+    )
     time_error: float | None
     operators_time_error: float | None
     energy_error: float | None
@@ -182,7 +218,8 @@ class EstimateOut(BaseModel):
     by_op: list[dict[str, Any]]
     configurations: list[dict[str, Any]] = Field(
         description="A page of the configurations, costliest (count × per-call time) first; "
-        "'source' says whether a row's cost is measured or predicted."
+        "'source' says where a row's figure comes from: 'measured' (operator-db's own), a data "
+        "set's name (imported), 'predicted', or null where it has none."
     )
     configurations_total: int = Field(description="How many configurations the model has.")
 
@@ -267,6 +304,13 @@ class MeasurementOut(BaseModel):
     host_id: int | None
     job_id: int | None
     created_at: Timestamp
+    source: str = Field(description=f"Where the result comes from: {SOURCE}.")
+    source_file: str | None = Field(
+        description="An imported result: the data set's file it was read from (its provenance)."
+    )
+    source_line: int | None = Field(
+        description="An imported result: its line in that file (the header is line 1)."
+    )
 
 
 class CountersOut(BaseModel):
@@ -338,6 +382,56 @@ class PeakOut(BaseModel):
     host_id: int | None
 
 
+class ChipSpecOut(BaseModel):
+    """A chip's spec sheet (the shipped table, roofline/peaks.yaml): the vendor's figures."""
+
+    name: str = Field(description="The chip's name with its form factor.")
+    category: str = Field(description="datacenter_gpu, consumer_gpu, server_cpu, asic or soc.")
+    vendor: str
+    sms: int | None = Field(description="GPU: streaming multiprocessors enabled.")
+    cores_per_sm: int | None = Field(description="GPU: FP32 lanes ('CUDA cores') per SM.")
+    cores: int | None = Field(description="Server CPU: cores per socket.")
+    boost_clock_mhz: int | None = Field(
+        description="GPU: the clock the float32 peak is computed from, MHz."
+    )
+    base_clock_mhz: int | None
+    memory_bytes: int | None = Field(description="Device memory, bytes.")
+    l2_cache_bytes: int | None = Field(description="Last-level (L2) cache, bytes.")
+    memory_bandwidth_bytes_per_s: float
+    peak_flops_per_s: dict[str, float] = Field(
+        description="Dense peak per dtype, FLOP/s (int8: OP/s); tf32: float32 matmuls on "
+        "tensor cores."
+    )
+    source: str = Field(description="The vendor document the figures come from.")
+    notes: str
+
+
+class KindSourceOut(BaseModel):
+    """One source of a device kind's results: operator-db's own measurements, or a data set."""
+
+    source: str = Field(description=f"{SOURCE}.")
+    imported: bool = Field(description="Whether the results were imported from a data set.")
+    results: int = Field(description="Per-operator results stored on the kind from it.")
+    model_runs: int = Field(description="Whole-model runs stored on the kind from it.")
+    title: str | None = Field(default=None, description="A data set's title.")
+    version: str | None = Field(default=None, description="A data set's version or commit.")
+    license: str | None = None
+    url: str | None = None
+    method: str | None = Field(
+        default=None, description="How the data set measured its figures, in words."
+    )
+    device: dict[str, Any] | None = Field(
+        default=None, description="The data set's own description of the device, as it ships it."
+    )
+    corrected: dict[str, Any] | None = Field(
+        default=None, description="That description with operator-db's corrections applied."
+    )
+    corrections: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each corrected field, with why and where the right figure comes from.",
+    )
+
+
 class DeviceKindOut(BaseModel):
     """A device kind: one model of chip; results belong to kinds."""
 
@@ -346,6 +440,14 @@ class DeviceKindOut(BaseModel):
     vendor: str | None
     architecture: str | None
     memory_bytes: int | None
+    spec: ChipSpecOut | None = Field(
+        description="The chip's spec sheet where the shipped table has it (an exact name or an "
+        "alias, e.g. the NVML name); null elsewhere."
+    )
+    sources: list[KindSourceOut] = Field(
+        description="Where its results come from: own measurements first, then each data set "
+        "that measured the kind (with its view of the device), by name."
+    )
 
 
 class DeviceKindDetail(DeviceKindOut):
@@ -353,3 +455,28 @@ class DeviceKindDetail(DeviceKindOut):
 
     hosts: list[HostOut]
     peaks: list[PeakOut]
+
+
+class DataSourceKindOut(BaseModel):
+    """What a data set holds on one device kind."""
+
+    device_kind: str
+    results: int
+    model_runs: int
+
+
+class DataSourceOut(BaseModel):
+    """A public data set whose results were imported (`opdb import`): its provenance and counts."""
+
+    name: str = Field(description="Its short name: what a figure's 'source' says.")
+    title: str
+    url: str | None
+    version: str | None = Field(description="The data set's version or commit.")
+    license: str | None
+    citation: str | None
+    method: str | None = Field(description="How its figures were measured, in words.")
+    info: dict[str, Any] = Field(description="Software versions and what else it says of itself.")
+    created_at: Timestamp = Field(description="When it was first imported.")
+    results: int = Field(description="Per-operator results imported from it.")
+    model_runs: int = Field(description="Whole-model runs imported from it.")
+    device_kinds: list[DataSourceKindOut] = Field(description="Its results per device kind.")

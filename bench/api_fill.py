@@ -1,4 +1,4 @@
-"""bench_api's database: ≥ 200 models from the shipped specs and ≥ 1,000,000 results, cached.
+"""bench_api's databases, cached: the generated one (200 models, 1,000,000 results), NeuSight's.
 
 Models are the shipped architectures (ResNet-50, MobileNetV2, BERT-base, two MLPs) at batch sizes
 1, 2, 3, ..., each as it is, as a deeper sibling that runs the same configurations more often (like
@@ -8,6 +8,12 @@ Results are then bulk-inserted (the fill is setup, not what is measured): on eig
 each covering part of the configurations, several results per configuration and kind (passes,
 hosts, eager and CUDA-graph timing, warm and cold caches), with times from a roofline-like model
 of the kind, energies from its power, raw samples and provenance of a realistic size.
+
+The NeuSight database (``NeuSightParams``) is the public NeuSight data set imported as
+``opdb import`` does (~280,000 results of eight NVIDIA GPUs), with models made of its
+configurations (each a random draw of those measured on five kinds or more, counts 1-48) and,
+on each kind where a model's every configuration has a figure, one whole-model run imported from
+a data source named ``bench`` (Σ count x figure x 1.0-1.2: synthetic, and said so).
 
 A filled database is kept under a name made of its parameters (and the schema's revision), so a
 second run with the same ones starts at once; it is filled under a temporary name and renamed
@@ -19,8 +25,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import random
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -29,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import create_engine, insert, select, text
+from sqlalchemy import create_engine, distinct, func, insert, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.engine import make_engine, make_sessionmaker
@@ -99,6 +109,48 @@ class FillParams:
             [self.models, self.measurements, self.seed, FILL_VERSION, head_revision()]
         )
         return hashlib.sha256(body.encode()).hexdigest()[:10]
+
+    @property
+    def prefix(self) -> str:
+        """How the cached database's name starts."""
+        return "api"
+
+
+NEUSIGHT_FILL_VERSION = 2
+"""Bump when the NeuSight fill changes (2: through ``opdb import``, whole models included)."""
+NEUSIGHT_MIN_KINDS = 5
+"""A NeuSight model's configurations are drawn from those with figures on this many kinds."""
+MIX_PREFIX = "neusight-mix-"
+"""The names of the models the NeuSight fill makes of the data set's configurations."""
+BENCH_SOURCE = "bench"
+"""The data source of the NeuSight database's synthetic whole-model runs."""
+
+
+@dataclass(frozen=True)
+class NeuSightParams:
+    """A NeuSight database: the data set at ``path`` imported, and ``models`` models of its own."""
+
+    path: str
+    models: int
+    seed: int = 0
+
+    def key(self) -> str:
+        """Return a short hash of the parameters, the fill's version and the schema's head."""
+        body = json.dumps(
+            [
+                str(Path(self.path).resolve()),
+                self.models,
+                self.seed,
+                NEUSIGHT_FILL_VERSION,
+                head_revision(),
+            ]
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:10]
+
+    @property
+    def prefix(self) -> str:
+        """How the cached database's name starts."""
+        return "neusight"
 
 
 def _rebatch(shape: list[int], base: int, batch: int) -> list[int]:
@@ -266,8 +318,38 @@ def result_row(target: Target, rng: random.Random, now: datetime, host_id: int) 
     }
 
 
+def stored_targets(store: Store) -> list[Target]:
+    """Return every models' configuration with a figure on a kind, at that figure (any database).
+
+    What the writer writes where the database is not this fill's (NeuSight's, one given by URL).
+    """
+    out = []
+    with store.transaction(read_only=True) as session:
+        kinds = {k.id: k for k in queries.device_kinds(session)}
+        ids = sorted({c.id for m in queries.list_models(session) for c in _costs(session, m.id)})
+        for (config_id, kind_id, _), figure in queries.config_figures(
+            session, ids, list(kinds), timing="eager"
+        ).items():
+            kind = kinds[kind_id]
+            spec = Kind(kind.name, kind.type, 10e12, 1e12, 300, 50, 1.0)
+            out.append(Target(config_id, kind_id, spec, figure.time_median_s, "float32"))
+    return out
+
+
+def _costs(session: Session, model_id: int) -> list[queries.ConfigCost]:
+    return queries.model_config_costs(session, model_id)
+
+
 def targets(store: Store) -> tuple[list[Target], dict[int, list[int]]]:
-    """Return what is measured (each kind's share of the configurations) and its hosts by kind."""
+    """Return what is measured (each kind's share of the configurations) and its hosts by kind.
+
+    A database that is not this fill's (without its kinds): :func:`stored_targets`, no hosts.
+    """
+    with store.transaction(read_only=True) as session:
+        ours = all(queries.find_device_kind(session, k.name) is not None for k in KINDS)
+    if not ours:
+        found = stored_targets(store)
+        return found, {t.kind_id: [] for t in found}
     with store.transaction(read_only=True) as session:
         kinds = {k.name: queries.get_device_kind(session, k.name).id for k in KINDS}
         hosts = {
@@ -365,15 +447,145 @@ def _insert_results(store: Store, params: FillParams) -> None:
             conn.execute(insert(FullModelRun), runs)
 
 
-def _fill(url: str, params: FillParams) -> None:
+def neusight_specs(session: Session, params: NeuSightParams) -> list[LoadedSpec]:
+    """Return ``params.models`` specs of NeuSight's configurations (those on 5 kinds or more).
+
+    Each model draws 10-240 configurations (log-uniformly many), each run 1-48 times; the
+    configurations are the stored ones, unchanged (same keys: the figures are theirs).
+    """
+    rng = random.Random(params.seed)
+    candidates = sorted(
+        session.scalars(
+            select(Measurement.config_id)
+            .group_by(Measurement.config_id)
+            .having(func.count(distinct(Measurement.device_kind_id)) >= NEUSIGHT_MIN_KINDS)
+        )
+    )
+    out = []
+    for n in range(params.models):
+        size = min(len(candidates), round(10 * 24 ** rng.random()))
+        configs = queries.configs_by_ids(session, rng.sample(candidates, size))
+        operators = [
+            {
+                **queries.config_spec(c).model_dump(mode="json", exclude_none=True),
+                "count": rng.randint(1, 48),
+                "flops": c.flops,
+                "flops_backward": c.flops_backward,
+                "flop_rule": c.flop_rule,
+                "bytes": c.bytes,
+                "params": c.params,
+            }
+            for c in configs
+        ]
+        name = f"{MIX_PREFIX}{n:03d}"
+        spec = {
+            "spec_version": SPEC_VERSION,
+            "model": {"name": name, "description": f"{name}: bench's model of NeuSight's figures"},
+            "operators": [{k: v for k, v in op.items() if v is not None} for op in operators],
+        }
+        loaded = parse_spec(spec, f"{name}.yaml")
+        assert list(loaded.keys) == [c.key for c in configs], "a configuration's key changed"
+        out.append(loaded)
+    return out
+
+
+def _neusight_runs(session: Session, rng: random.Random) -> list[dict[str, Any]]:
+    """Return a synthetic whole-model run per mix model and kind where every figure is known."""
+    kinds = [k.id for k in queries.device_kinds(session)]
+    now = datetime.now(UTC)
+    runs = []
+    for model in queries.list_models(session):
+        if not model.name.startswith(MIX_PREFIX):  # the data set's own models: their own runs
+            continue
+        links = queries.model_config_costs(session, model.id)
+        figures = queries.config_figures(session, [c.id for c in links], kinds, timing="eager")
+        for kind_id in kinds:
+            known = [figures.get((c.id, kind_id, "eager")) for c in links]
+            if not links or any(f is None for f in known):
+                continue
+            total = sum(c.count * f.time_median_s for c, f in zip(links, known, strict=True) if f)
+            time_s = total * rng.uniform(1.0, 1.2)
+            runs.append(
+                {
+                    "model_id": model.id,
+                    "device_kind_id": kind_id,
+                    "source_ref": f"{model.name}@{kind_id}",
+                    "dtype": "float32",
+                    "timing": "eager",
+                    "cache_mode": "warm",
+                    "calls_per_block": 1,
+                    "blocks": 1,
+                    "time_median_s": time_s,
+                    "time_mean_s": time_s,
+                    "time_iqr_s": 0.0,
+                    "time_cv": 0.0,
+                    "trials": 0,
+                    "energy_unavailable": "synthetic",
+                    "flags": [],
+                    "raw": {},
+                    "provenance": {"source": BENCH_SOURCE, "synthetic": True},
+                    "created_at": now,
+                }
+            )
+    return runs
+
+
+def _import_neusight(url: str, path: str) -> None:
+    """Run ``opdb import PATH --db URL``, printing its last lines.
+
+    Whatever the importer of this code imports: the per-operator results, and the whole models
+    with their runs where it reads them.
+
+    Raises:
+        RuntimeError: the import failed (its output's tail).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPDB_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "200"
+    done = subprocess.run(
+        [sys.executable, "-m", "operator_db", "import", path, "--db", url],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"opdb import failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    print("\n".join(done.stdout.splitlines()[-6:]), file=sys.stderr)
+
+
+def _fill_neusight(store: Store, params: NeuSightParams) -> None:
+    """Import the data set (``opdb import``), ingest the models, add their synthetic runs."""
+    _import_neusight(store.url, params.path)
+    with store.transaction() as session:
+        ingest_specs(session, neusight_specs(session, params))
+    with store.transaction() as session:
+        source = queries.get_or_update_data_source(
+            session,
+            BENCH_SOURCE,
+            {
+                "title": "bench_api: synthetic whole-model runs (Σ count x figure x 1.0-1.2)",
+                "method": "not measured: made up by bench/api_fill.py for the benchmark",
+            },
+        )
+        runs = _neusight_runs(session, random.Random(params.seed + 1))
+        rows = [r | {"source_id": source.id} for r in runs]
+        queries.add_results(session, "full_model_runs", rows)
+
+
+def _fill(url: str, params: FillParams | NeuSightParams) -> None:
     engine = make_engine(url)
     try:
         upgrade(engine)
         store = Store(
             engine, make_sessionmaker(engine), url, make_sessionmaker(engine, write=False)
         )
-        _setup(store, params)
-        _insert_results(store, params)
+        if isinstance(params, NeuSightParams):
+            _fill_neusight(store, params)
+        else:
+            _setup(store, params)
+            _insert_results(store, params)
         if engine.dialect.name == "postgresql":
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.execute(text("VACUUM ANALYZE"))
@@ -381,10 +593,12 @@ def _fill(url: str, params: FillParams) -> None:
         engine.dispose()
 
 
-def sqlite_database(cache_dir: Path, params: FillParams, *, refill: bool) -> tuple[str, bool]:
+def sqlite_database(
+    cache_dir: Path, params: FillParams | NeuSightParams, *, refill: bool
+) -> tuple[str, bool]:
     """Return the URL of a filled SQLite file under ``cache_dir`` and whether it was just filled."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"api-{params.key()}.sqlite"
+    path = cache_dir / f"{params.prefix}-{params.key()}.sqlite"
     if path.exists() and not refill:
         return f"sqlite:///{path}", False
     part = path.with_name(path.name + ".part")
@@ -399,9 +613,11 @@ def sqlite_database(cache_dir: Path, params: FillParams, *, refill: bool) -> tup
     return f"sqlite:///{path}", True
 
 
-def postgres_database(admin_url: str, params: FillParams, *, refill: bool) -> tuple[str, bool]:
+def postgres_database(
+    admin_url: str, params: FillParams | NeuSightParams, *, refill: bool
+) -> tuple[str, bool]:
     """Return the URL of a filled PostgreSQL database beside ``admin_url``'s; if just filled."""
-    name = f"opdb_bench_api_{params.key()}"
+    name = f"opdb_bench_{params.prefix}_{params.key()}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     url = make_url(admin_url)
     try:
@@ -447,11 +663,27 @@ def counts(url: str) -> dict[str, int]:
 
 
 def workload(url: str) -> list[tuple[str, str]]:
-    """Return the (model, device kind) pairs the clients ask for: every model on every kind."""
+    """Return the (model, device kind) pairs the clients ask for.
+
+    This fill's database: every model on every kind; another (NeuSight's, one given by URL):
+    each model on each kind with a figure of it or of one of its configurations.
+    """
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
             names = list(conn.scalars(text("SELECT name FROM models ORDER BY name")))
+            kinds = set(conn.scalars(text("SELECT name FROM device_kinds")))
+            if kinds >= {k.name for k in KINDS}:
+                return [(model, kind.name) for model in names for kind in KINDS]
+            rows = conn.execute(
+                text(
+                    "SELECT DISTINCT m.name, k.name FROM models m "
+                    "JOIN model_operators o ON o.model_id = m.id "
+                    "CROSS JOIN device_kinds k WHERE EXISTS (SELECT 1 FROM measurements r "
+                    "WHERE r.device_kind_id = k.id AND r.config_id = o.config_id) "
+                    "ORDER BY m.name, k.name"
+                )
+            )
+            return [(model, kind) for model, kind in rows]
     finally:
         engine.dispose()
-    return [(model, kind.name) for model in names for kind in KINDS]

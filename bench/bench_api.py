@@ -9,9 +9,16 @@ loads (``--rates``): a closed loop, each client asking again as soon as it is an
 server can do: its latency is mostly the queue), then 50 requests/s in all (each client once a
 second, on its own schedule; latency counted from when a request was due). Prints requests,
 requests/s, latency percentiles, errors (answers other than 200, and no answer), the server's
-and the clients' CPU per request and the writer's commits; exits 1 on any error. Run:
+and the clients' CPU per request and the writer's commits; exits 1 on any error.
 
-    .venv/bin/python bench/bench_api.py [--db sqlite|postgresql|both] [--rates 0,50] ...
+``--neusight PATH`` serves the NeuSight database instead (the public data set at PATH imported as
+``opdb import`` does, ~280,000 results of eight GPUs, with ``--models`` models of its
+configurations, default 100; api_fill, cached), and ``--db URL`` any database as it is: the
+clients then ask for each model on each kind it has figures on, and the writer writes results of
+the models' configurations at their stored figures. Run:
+
+    .venv/bin/python bench/bench_api.py [--db sqlite|postgresql|both|URL] [--neusight PATH]
+        [--rates 0,50] ...
 
 The clients run on the same machine as the server and take a share of its CPU (reported);
 PostgreSQL's own processes are not counted in the server's CPU.
@@ -35,6 +42,7 @@ import httpx
 import platformdirs
 from api_fill import (
     FillParams,
+    NeuSightParams,
     counts,
     drop_database,
     postgres_database,
@@ -42,6 +50,7 @@ from api_fill import (
     workload,
 )
 from api_load import cpu_seconds, drive
+from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -103,9 +112,24 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+def backend(db: str) -> str:
+    """Return ``db``'s backend: ``sqlite`` or ``postgresql`` (a name, or a database's URL)."""
+    return make_url(db).get_backend_name() if "://" in db else db
+
+
 def fill(db: str, args: argparse.Namespace) -> tuple[str, float, bool]:
-    """Return the URL of the filled database ``db``, the seconds it took, and if it was filled."""
-    params = FillParams(args.models, args.measurements, args.seed)
+    """Return the URL of the filled database ``db``, the seconds it took, and if it was filled.
+
+    ``db``: ``sqlite`` or ``postgresql`` (bench_api's database, or NeuSight's with
+    ``--neusight``), or a database's URL (taken as it is).
+    """
+    if "://" in db:
+        return db, 0.0, False
+    params: FillParams | NeuSightParams
+    if args.neusight:
+        params = NeuSightParams(args.neusight, args.models or 100, args.seed)
+    else:
+        params = FillParams(args.models or 200, args.measurements, args.seed)
     start = time.perf_counter()
     if db == "sqlite":
         url, filled = sqlite_database(Path(args.cache_dir), params, refill=args.refill)
@@ -146,7 +170,7 @@ def run_one(db: str, args: argparse.Namespace, logs: Path) -> list[dict[str, Any
         file=sys.stderr,
     )
     targets = workload(url)
-    server, base = serve(url, args.workers, logs / f"server-{db}.log")
+    server, base = serve(url, args.workers, logs / f"server-{backend(db)}.log")
     writer = None
     loads = []
     try:
@@ -172,13 +196,13 @@ def run_one(db: str, args: argparse.Namespace, logs: Path) -> list[dict[str, Any
         if writer is not None:
             stop(writer)
         stop(server)
-    if args.drop:
+    if args.drop and "://" not in db:
         drop_database(url, args.pg_url)
     if wrote is not None:
         wrote["commits_per_s"] = wrote["commits"] / (phases_s + 1)
     return [
         {
-            "db": db,
+            "db": backend(db),
             **held,
             "clients": args.clients,
             "rate": rate,
@@ -186,6 +210,7 @@ def run_one(db: str, args: argparse.Namespace, logs: Path) -> list[dict[str, Any
             "requests_per_s": load.requests / load.wall_s if load.wall_s else 0.0,
             "p50_ms": load.percentile(0.50),
             "p90_ms": load.percentile(0.90),
+            "p95_ms": load.percentile(0.95),
             "p99_ms": load.percentile(0.99),
             "max_ms": max(load.latencies_ms, default=float("nan")),
             "errors": load.errors,
@@ -196,7 +221,7 @@ def run_one(db: str, args: argparse.Namespace, logs: Path) -> list[dict[str, Any
             "client_cpu_s": load.client_cpu_s,
             "server_cpu_s": load.probes["server_cpu_s"],
             "wall_s": load.wall_s,
-            "target_p99_ms": TARGET_P99_MS[db],
+            "target_p99_ms": TARGET_P99_MS[backend(db)],
         }
         for rate, load in loads
     ]
@@ -211,9 +236,9 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"Python {platform.python_version()}. closed: each client asks again as soon as it is "
         "answered; N/s: the clients ask N times a second in all, each on its own schedule.",
         "",
-        "| db | load | requests | req/s | p50 ms | p90 ms | p99 ms | max ms | errors "
+        "| db | load | requests | req/s | p50 ms | p90 ms | p95 ms | p99 ms | max ms | errors "
         "| server CPU ms/req | client CPU ms/req | writer commits/s | p99 target |",
-        "| --- | --- |" + " ---: |" * 10 + " --- |",
+        "| --- | --- |" + " ---: |" * 11 + " --- |",
     ]
     for r in rows:
         w = r["writer"] or {}
@@ -222,7 +247,8 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         load = f"{r['rate']:g}/s" if r["rate"] else "closed"
         lines.append(
             f"| {r['db']} | {load} | {r['requests']} | {r['requests_per_s']:.0f} "
-            f"| {r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.1f} "
+            f"| {r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} "
+            f"| {r['max_ms']:.1f} "
             f"| {r['errors']} | {r['server_cpu_s'] / n * 1e3:.1f} "
             f"| {r['client_cpu_s'] / n * 1e3:.1f} | {w.get('commits_per_s', float('nan')):.0f} "
             f"| < {r['target_p99_ms']:g} ms: {met} |"
@@ -255,8 +281,19 @@ def _rates(text: str) -> list[float]:
 def main() -> None:
     cache = Path(platformdirs.user_cache_dir("operator-db", appauthor=False)) / "bench-api"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", choices=["sqlite", "postgresql", "both"], default="both")
-    parser.add_argument("--models", type=int, default=200)
+    parser.add_argument(
+        "--db",
+        default="both",
+        help="sqlite, postgresql or both (bench_api's or NeuSight's database, filled and "
+        "cached), or the URL of a database to serve as it is.",
+    )
+    parser.add_argument(
+        "--neusight",
+        metavar="PATH",
+        help="Serve the NeuSight database: the data set at PATH (../shared/data/neusight) "
+        "imported, with --models models of its configurations.",
+    )
+    parser.add_argument("--models", type=int, default=None, help="Default 200 (NeuSight: 100).")
     parser.add_argument("--measurements", type=int, default=1_000_000)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--duration", type=float, default=60.0, help="Seconds measured.")

@@ -1,15 +1,19 @@
-"""Benchmark: how long each web page takes to serve on bench_api's 1,000,000-result database.
+"""Benchmark: how long each web page takes to serve, on bench_api's database or another.
 
-Fills (or reuses, cached) the database of bench/bench_api.py (≥ 200 models, ≥ 1,000,000 results
-on eight device kinds; api_fill), adds a queue of jobs in every state (to a copy of the SQLite
-file; to PostgreSQL's bench database itself), serves it with ``opdb serve --workers 1`` on a free
-loopback port, and asks each page in turn, one request at a time after a warm-up: the overview, a
-model (random; each of its measured kinds composed for the side-by-side table, one in full), the
-jobs, one job, and a configuration (random; its results and their chart). Prints per page the
-requests, p50, p95 and the largest latency in ms (target: p95 under 200 ms per page) and the
-page's size. Run:
+By default fills (or reuses, cached) the database of bench/bench_api.py (≥ 200 models, ≥
+1,000,000 results on eight device kinds; api_fill); ``--neusight PATH`` builds (or reuses) the
+NeuSight database instead (the public data set at PATH imported as ``opdb import`` does, ~280,000
+results of eight GPUs, with ``--models`` models of its configurations; api_fill); ``--db URL``
+takes any database as it is. Adds a queue of jobs in every state (to a copy of a SQLite file; to
+a PostgreSQL database itself), serves it with ``opdb serve --workers 1`` on a free loopback
+port, and asks each page in turn, one request at a time after a warm-up: the overview, the
+models, a model (random, among those with a whole-model run; each kind it has figures on
+composed for the side-by-side table, one in full), the jobs, one job, and a configuration
+(random; its results and their chart). Prints per page the requests, p50, p95 and the largest
+latency in ms (target: p95 under 200 ms per page) and the page's size. Run:
 
-    .venv/bin/python bench/bench_ui.py [--db sqlite|postgresql] [--requests 40] [--json out.json]
+    .venv/bin/python bench/bench_ui.py [--db sqlite|postgresql|URL] [--neusight PATH]
+        [--pages overview,model,...] [--requests 40] [--json out.json]
 """
 
 from __future__ import annotations
@@ -19,17 +23,21 @@ import json
 import platform
 import random
 import shutil
+import sqlite3
 import statistics
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import platformdirs
-from api_fill import FillParams, postgres_database, sqlite_database
+from api_fill import FillParams, NeuSightParams, postgres_database, sqlite_database, workload
 from bench_api import cpu_model, serve, stop
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from operator_db.db import queries, queue
 from operator_db.db.models import Model, OperatorConfig
@@ -64,17 +72,28 @@ def add_jobs(url: str, rng: random.Random) -> None:
                     )
 
 
+PAGES = ("overview", "models", "model", "jobs", "job", "configuration")
+"""The pages timed, in order (``--pages`` picks some: a server before /ui/models had none)."""
+
+
 def pages(url: str, rng: random.Random, count: int) -> dict[str, list[str]]:
-    """Return ``count`` paths of each page, with random models, configurations and jobs."""
+    """Return ``count`` paths of each page, with random models, configurations and jobs.
+
+    A model page is asked for a model on a kind it has a whole-model run on, else (no run in
+    the database) on a kind it has figures on.
+    """
     with Store.open(url) as store, store.transaction(read_only=True) as session:
         measured = queries.models_measured_per_kind(session)
         pairs = [(m, k) for k, names in measured.items() for m in names]
         keys = list(session.scalars(select(OperatorConfig.key).limit(5000)))
         jobs = [j.id for j in queue.list_jobs(session, limit=500)[0]]
+    pairs = pairs or workload(url)
     return {
         "overview": ["/ui/"] * count,
+        "models": ["/ui/models"] * count,
         "model": [
-            f"/ui/models/{m}?device_kind={k}" for m, k in (rng.choice(pairs) for _ in range(count))
+            f"/ui/models/{quote(m)}?device_kind={quote(k)}"
+            for m, k in (rng.choice(pairs) for _ in range(count))
         ],
         "jobs": ["/ui/jobs"] * count,
         "job": [f"/ui/jobs/{rng.choice(jobs)}" for _ in range(count)],
@@ -112,12 +131,40 @@ def time_pages(base: str, paths: dict[str, list[str]], warmup: int) -> list[dict
     return rows
 
 
+def database(args: argparse.Namespace) -> tuple[str, str]:
+    """Return the URL of the database to serve and its backend (sqlite or postgresql)."""
+    if "://" in args.db:
+        return args.db, make_url(args.db).get_backend_name()
+    params: FillParams | NeuSightParams
+    if args.neusight:
+        params = NeuSightParams(args.neusight, args.models or 100, args.seed)
+    else:
+        params = FillParams(args.models or 200, args.measurements, args.seed)
+    if args.db == "sqlite":
+        url, _ = sqlite_database(Path(args.cache_dir), params, refill=False)
+    else:
+        url, _ = postgres_database(args.pg_url, params, refill=False)
+    return url, args.db
+
+
 def main() -> None:
     cache = Path(platformdirs.user_cache_dir("operator-db", appauthor=False)) / "bench-api"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
-    parser.add_argument("--models", type=int, default=200)
+    parser.add_argument(
+        "--db",
+        default="sqlite",
+        help="sqlite or postgresql (bench_api's or NeuSight's database, filled and cached), or "
+        "the URL of a database to serve as it is (a SQLite file is copied first).",
+    )
+    parser.add_argument(
+        "--neusight",
+        metavar="PATH",
+        help="Serve the NeuSight database: the data set at PATH (../shared/data/neusight) "
+        "imported, with --models models of its configurations (default 100).",
+    )
+    parser.add_argument("--models", type=int, default=None, help="Default 200 (NeuSight: 100).")
     parser.add_argument("--measurements", type=int, default=1_000_000)
+    parser.add_argument("--pages", default=",".join(PAGES), help="Pages to time, by name.")
     parser.add_argument("--requests", type=int, default=40, help="Timed requests per page.")
     parser.add_argument("--warmup", type=int, default=3, help="Requests per page not timed.")
     parser.add_argument("--seed", type=int, default=0)
@@ -126,20 +173,21 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    params = FillParams(args.models, args.measurements, args.seed)
     start = time.perf_counter()
-    if args.db == "sqlite":
-        url, _ = sqlite_database(Path(args.cache_dir), params, refill=False)
-    else:
-        url, _ = postgres_database(args.pg_url, params, refill=False)
+    url, backend = database(args)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.db == "sqlite":  # the jobs go into a copy: bench_api's cached file stays as it is
+        if backend == "sqlite":  # the jobs go into a copy: the cached or given file stays as is
             copy = Path(tmp) / "ui.sqlite"
-            shutil.copyfile(url.removeprefix("sqlite:///"), copy)
+            original = make_url(url).database or ""
+            with closing(sqlite3.connect(original)) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file holds everything
+            shutil.copyfile(original, copy)
             url = f"sqlite:///{copy}"
         add_jobs(url, rng)
-        print(f"database {args.db} ready in {time.perf_counter() - start:.0f} s", flush=True)
-        paths = pages(url, rng, args.requests + args.warmup)
+        print(f"database {backend} ready in {time.perf_counter() - start:.0f} s", flush=True)
+        chosen = [p.strip() for p in args.pages.split(",") if p.strip()]
+        every = pages(url, rng, args.requests + args.warmup)
+        paths = {name: every[name] for name in chosen}
         server, base = serve(url, 1, Path(tmp) / "serve.log")
         try:
             rows = time_pages(base, paths, args.warmup)
@@ -153,7 +201,8 @@ def main() -> None:
             f"{'' if r['meets_target'] else '  over the target'}"
         )
     report = {
-        "db": args.db,
+        "db": backend,
+        "database": "given" if "://" in args.db else ("neusight" if args.neusight else "bench_api"),
         "models": args.models,
         "measurements": args.measurements,
         "cpu": cpu_model(),

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
 from api.deps import ReadSessionDep
 from api.routes.common import READ, Limit, Offset
+from api.routes.sources import MEASURED, source_name
 from api.schemas import ConfigOut, CountersOut, MeasurementOut, Page
 from operator_db.db import queries
-from operator_db.db.models import OperatorConfig
+from operator_db.db.models import Measurement, OperatorConfig
 
 router = APIRouter(tags=["configurations"], dependencies=READ)
 
@@ -65,6 +66,23 @@ def get_configuration(key: str, session: ReadSessionDep) -> ConfigOut:
     return _config_out(queries.get_config(session, key))
 
 
+_DERIVED = {"device_kind", "source", "source_file", "source_line"}
+"""MeasurementOut's fields that are not a result's columns."""
+
+
+def _source_fields(result: Measurement, names: dict[int, str]) -> dict[str, Any]:
+    """Return where a result comes from: own, or a data set's file and line (its provenance)."""
+    if result.source_id is None:
+        return {"source": MEASURED, "source_file": None, "source_line": None}
+    provenance = result.provenance or {}
+    line = provenance.get("line")
+    return {
+        "source": source_name(result.source_id, names),
+        "source_file": str(provenance["file"]) if provenance.get("file") else None,
+        "source_line": line if isinstance(line, int) and not isinstance(line, bool) else None,
+    }
+
+
 @router.get("/configurations/{key}/measurements")
 def list_measurements(
     key: str,
@@ -73,17 +91,23 @@ def list_measurements(
     offset: Offset = 0,
     device_kind: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Page[MeasurementOut]:
-    """List a configuration's stored results, newest first (the raw samples stay in the DB)."""
+    """List a configuration's stored results, newest first (the raw samples stay in the DB).
+
+    Each says where it comes from (`source`): operator-db's own measurement, or a data set's,
+    with the file and line it was imported from.
+    """
     config = queries.get_config(session, key)
     rows, total = queries.config_measurements(
         session, config.id, device_kind=device_kind, limit=limit, offset=offset
     )
+    names = queries.data_source_names(session) if any(m.source_id for m, _ in rows) else {}
     items = [
         MeasurementOut.model_validate(
             {
-                **{f: getattr(m, f) for f in MeasurementOut.model_fields if f != "device_kind"},
+                **{f: getattr(m, f) for f in MeasurementOut.model_fields if f not in _DERIVED},
                 "device_kind": kind,
                 "flags": [str(f) for f in (m.flags or [])],
+                **_source_fields(m, names),
             }
         )
         for m, kind in rows

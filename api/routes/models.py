@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Response, status
+from sqlalchemy.orm import Session
 
 from api.deps import ReadSessionDep, SessionDep, get_settings_dep
 from api.routes.common import READ, WRITE, Limit, Name, Offset
-from api.schemas import EstimateOut, ModelDetail, ModelSummaryOut, OperatorOut, Page
+from api.routes.sources import source_name
+from api.schemas import (
+    EstimateOut,
+    ModelDetail,
+    ModelKindOut,
+    ModelSummaryOut,
+    OperatorOut,
+    Page,
+)
 from operator_db.config import Settings
 from operator_db.db import queries
 from operator_db.estimate.compose import estimate_model
@@ -22,6 +32,26 @@ DETAIL_OPERATORS = 100
 """Operators a model's detail lists (the rest: ``/models/{name}/operators``)."""
 
 
+def model_kinds(session: Session, names: Sequence[str]) -> dict[str, list[ModelKindOut]]:
+    """Return, per model named, what it has on each device kind (``queries.model_kind_figures``)."""
+    figures = queries.model_kind_figures(session, names)
+    if not figures:
+        return {}
+    kinds = {k.id: k.name for k in queries.device_kinds(session)}
+    sources = queries.data_source_names(session)
+    out: dict[str, list[ModelKindOut]] = {}
+    for f in figures:
+        out.setdefault(f.model, []).append(
+            ModelKindOut(
+                device_kind=kinds[f.device_kind_id],
+                configs_with_results=f.configs,
+                configs_imported=f.configs - f.configs_own,
+                model_runs={source_name(s, sources): n for s, n in f.runs.items()},
+            )
+        )
+    return {name: sorted(rows, key=lambda r: r.device_kind) for name, rows in out.items()}
+
+
 @router.get("/models")
 def list_models(
     session: ReadSessionDep,
@@ -30,10 +60,15 @@ def list_models(
     mode: Literal["inference", "training"] | None = None,
     search: Annotated[str | None, Query(max_length=200, description="Part of the name.")] = None,
 ) -> Page[ModelSummaryOut]:
-    """List models with their configurations, calls, FLOPs and parameters, by name."""
+    """List models with their configurations, calls, FLOPs and parameters, by name.
+
+    Every stored model, measured or not; each with the device kinds it has figures on (its
+    configurations' results, own or imported, and its whole-model runs).
+    """
     rows = queries.model_summaries(session, mode=mode, search=search, limit=limit, offset=offset)
+    kinds = model_kinds(session, [s.name for s in rows])
     return Page(
-        items=[ModelSummaryOut(**vars(s)) for s in rows],
+        items=[ModelSummaryOut(**vars(s), device_kinds=kinds.get(s.name, [])) for s in rows],
         total=queries.model_count(session, mode=mode, search=search),
         limit=limit,
         offset=offset,
@@ -48,6 +83,7 @@ def get_model(name: str, session: ReadSessionDep) -> ModelDetail:
     operators = queries.model_operators(session, name, limit=DETAIL_OPERATORS)
     return ModelDetail(
         **vars(summary),
+        device_kinds=model_kinds(session, [name]).get(name, []),
         inputs=list(model.inputs),
         dtype=model.dtype,
         spec_hash=model.spec_hash,

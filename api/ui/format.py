@@ -1,4 +1,9 @@
-"""How the pages write numbers: SI-prefixed units, signed percentages, dashes for the unknown."""
+"""How the pages write numbers and sources: SI units, percentages, capacities, dashes, sources.
+
+Numbers get SI prefixes, ratios signed percentages, capacities binary prefixes, the unknown a
+dash; a figure's source says whether it is operator-db's own, imported or predicted (an imported
+figure is never written as an own one).
+"""
 
 from __future__ import annotations
 
@@ -53,3 +58,41 @@ def sort_key(value: object) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return ""
     return repr(value) if isinstance(value, int | float) else str(value)
+
+
+_IEC: tuple[tuple[float, str], ...] = (
+    (2**40, "TiB"),
+    (2**30, "GiB"),
+    (2**20, "MiB"),
+    (2**10, "KiB"),
+)
+
+
+def iec(value: float | None) -> str:
+    """Write a capacity in bytes with a binary prefix (``24 GiB``, ``48 MiB``), as chips count."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    for scale, unit in _IEC:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+MEASURED = "measured"
+"""What the API's ``source`` says of operator-db's own figure."""
+
+
+def source(value: str | None) -> str:
+    """Write where a figure comes from: own, imported from a data set, predicted, or none."""
+    if value is None:
+        return DASH
+    if value == MEASURED:
+        return "own measurement"
+    if value == "predicted":
+        return "predicted"
+    return f"imported: {value}"
+
+
+def imported(value: str | None) -> bool:
+    """Whether a figure's ``source`` names a data set (imported, not operator-db's own)."""
+    return value not in (None, MEASURED, "predicted")

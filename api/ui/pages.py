@@ -1,4 +1,4 @@
-"""The pages under /ui: overview, model, jobs, job, configuration; login where reads need a token.
+"""The pages under /ui: overview, models, model, jobs, job, configuration; a login where needed.
 
 Each page calls the JSON API's own route functions (or the queries they call), so that what a page
 shows is what the API answers for the same question.
@@ -19,8 +19,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from api.deps import Credentials, ReadSessionDep, get_settings_dep, token_right
 from api.problems import http_status
 from api.routes import configs, devices, jobs, models
-from api.routes.common import Name
+from api.routes.common import Name, Offset
 from api.routes.jobs import JobId
+from api.routes.sources import source_name
+from api.schemas import DeviceKindOut, HostOut, PeakOut
 from api.ui import format as fmt
 from api.ui.svg import time_series_svg
 from operator_db.config import Settings
@@ -47,7 +49,14 @@ templates = Environment(
     lstrip_blocks=True,
 )
 templates.filters.update(
-    si=fmt.si, percent=fmt.percent, when=fmt.when, sort_key=fmt.sort_key, url=quote
+    si=fmt.si,
+    percent=fmt.percent,
+    when=fmt.when,
+    sort_key=fmt.sort_key,
+    url=quote,
+    iec=fmt.iec,
+    source=fmt.source,
+    imported=fmt.imported,
 )
 templates.globals["dash"] = fmt.DASH
 
@@ -94,23 +103,81 @@ def error_page(request: Request, exc: OperatorDBError) -> HTMLResponse:
 
 @pages.get("/", response_class=HTMLResponse)
 def overview(request: Request, session: ReadSessionDep) -> HTMLResponse:
-    """Device kinds with their peaks and hosts, the queue, measured models, the newest results."""
-    kinds = [devices.get_device_kind(k.name, session) for k in devices.list_device_kinds(session)]
+    """Device kinds (spec sheet, sources, peaks, hosts), the data sets, queue, models, results."""
+    kinds = devices.list_device_kinds(session)
+    # Hosts and peaks as the kind's route reads them; its per-kind count of results is
+    # already in the list's sources (counted once for all kinds).
+    peaks = {
+        k.name: [
+            PeakOut.model_validate(p, from_attributes=True)
+            for p in queries.peak_rows(session, k.id)
+        ]
+        for k in queries.device_kinds(session)
+    }
+    hosts: dict[str, list[HostOut]] = defaultdict(list)
+    for host in devices.list_hosts(session):
+        hosts[host.device_kind].append(host)
     counts: dict[str, dict[str, int]] = defaultdict(dict)
     totals: dict[str, int] = defaultdict(int)
     for kind, status, n in queue.queue_counts_by_kind(session):
         counts[kind][status] = n
         totals[status] += n
+    newest = queries.newest_measurements(session, limit=NEWEST)
+    names = queries.data_source_names(session)
+    origin = queries.result_sources(session, [r.id for r in newest]) if names else {}
     return render(
         request,
         "overview.html",
         kinds=kinds,
+        peaks=peaks,
+        hosts=hosts,
+        data_sets=_data_sets(kinds),
         counts=counts,
         totals=totals,
         statuses=JOB_STATUSES,
         measured=queries.models_measured_per_kind(session),
         models_total=queries.model_count(session),
-        newest=queries.newest_measurements(session, limit=NEWEST),
+        newest=newest,
+        newest_sources={i: source_name(s, names) for i, s in origin.items()},
+    )
+
+
+def _data_sets(kinds: list[DeviceKindOut]) -> list[dict[str, Any]]:
+    """Return each data set the kinds' results come from, with its totals over the kinds."""
+    found: dict[str, dict[str, Any]] = {}
+    for kind in kinds:
+        for s in kind.sources:
+            if not s.imported:
+                continue
+            entry = found.setdefault(s.source, {"source": s, "results": 0, "runs": 0, "kinds": []})
+            entry["results"] += s.results
+            entry["runs"] += s.model_runs
+            if s.results or s.model_runs:
+                entry["kinds"].append(kind.name)
+    return [found[name] for name in sorted(found)]
+
+
+MODELS_PAGE = 50
+"""Models the models page lists at a time (by name)."""
+
+
+@pages.get("/models", response_class=HTMLResponse)
+def models_page(
+    request: Request,
+    session: ReadSessionDep,
+    search: Annotated[str | None, Query(max_length=200)] = None,
+    offset: Offset = 0,
+) -> HTMLResponse:
+    """List every stored model, measured or not, with the device kinds it has figures on."""
+    page = models.list_models(session, limit=MODELS_PAGE, offset=offset, search=search or None)
+    return render(
+        request,
+        "models.html",
+        models=page.items,
+        total=page.total,
+        offset=offset,
+        size=MODELS_PAGE,
+        search=search or "",
     )
 
 
@@ -123,16 +190,16 @@ def model_page(
     device_kind: Annotated[str | None, Query(max_length=200)] = None,
     predict: bool = False,
 ) -> HTMLResponse:
-    """Show a model: each measured kind's estimate against its run, side by side.
+    """Show a model: each kind it has figures on, its estimate against its run, side by side.
 
     For the chosen kind (``device_kind``, else the first): the breakdown by operator type, the
-    roofline and the configurations; with ``predict``, its configurations not measured there are
-    predicted by the kind's newest predictor (the API's ``predict=true``).
+    roofline and the configurations with their figures' sources; with ``predict``, its
+    configurations not measured there are predicted by the kind's newest predictor (the API's
+    ``predict=true``).
     """
     predicted_note = None
-    model = queries.get_model(session, name)
-    [detail] = queries.model_summaries(session, name=name)
-    kinds = sorted(queries.kinds_measuring_model(session, model.id))
+    detail = models.get_model(name, session)
+    kinds = [k.device_kind for k in detail.device_kinds]
     chosen = device_kind if device_kind in kinds else (kinds[0] if kinds else None)
     # The other kinds' rows need the estimate's summary only: the API's figures, without
     # ranking and paging their configurations.
@@ -203,7 +270,7 @@ def _jobs_context(
         "statuses": JOB_STATUSES,
         "status": status,
         "device_kind": device_kind,
-        "kinds": [k.name for k in devices.list_device_kinds(session)],
+        "kinds": [k.name for k in queries.device_kinds(session)],  # the route counts results
     }
 
 
@@ -248,7 +315,8 @@ def config_page(request: Request, key: str, session: ReadSessionDep) -> HTMLResp
     page = configs.list_measurements(key, session, limit=MEASUREMENTS_PAGE, offset=0)
     series: dict[str, list[tuple[Any, float]]] = defaultdict(list)
     for m in page.items:
-        series[f"{m.device_kind} · {m.timing} · {m.cache_mode}"].append(
+        origin = "" if m.source == fmt.MEASURED else f" · {fmt.source(m.source)}"
+        series[f"{m.device_kind} · {m.timing} · {m.cache_mode}{origin}"].append(
             (m.created_at, m.time_median_s)
         )
     newest = page.items[0] if page.items else None

@@ -24,7 +24,7 @@ from operator_db.db.ingest import store_configs
 from operator_db.db.models import DeviceKind
 from operator_db.errors import InvalidInputError
 from operator_db.roofline.chips import match_chip
-from operator_db.roofline.record import store_spec_peaks
+from operator_db.roofline.record import store_attained_roofs, store_spec_peaks
 from operator_db.specs.schema import OperatorSpec
 
 BAD_ROWS_SHOWN = 20
@@ -134,6 +134,8 @@ def import_data_set(
             counts.imported = _write(session, data, file, pending, kinds, source.id, report)
         if progress is not None:
             progress(file, counts.read)
+    for kind in kinds.values():  # the kinds' L2 roofs, attained by what is now stored
+        store_attained_roofs(session, kind)
     if on_bad == "refuse" and report.bad:
         shown = "; ".join(str(b) for b in report.bad[:BAD_ROWS_SHOWN])
         more = len(report.bad) - BAD_ROWS_SHOWN

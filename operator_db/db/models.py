@@ -60,7 +60,9 @@ class JobStatus(StrEnum):
 JOB_STATUSES = tuple(s.value for s in JobStatus)
 ACTIVE_JOB_STATUSES = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 """Statuses of a job that still holds its target: at most one such job per target and kind."""
-PEAK_SOURCES = ("spec", "measured")
+PEAK_SOURCES = ("spec", "measured", "attained")
+"""Where a peak comes from: a spec sheet, a microbenchmark here, or attained by a kind's stored
+results (a GPU's L2 roof, ``roofline/attained.py``; revision 0011)."""
 TIMINGS = ("eager", "graph")
 PREDICTOR_TARGETS = ("time", "energy")
 

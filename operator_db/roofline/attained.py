@@ -97,6 +97,20 @@ class AttainedRoof:
             f"{self.derivation})"
         )
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttainedRoof:
+        """Return the roof :meth:`as_dict` wrote (a stored peak's ``reference``)."""
+        return cls(
+            str(data["level"]),
+            float(data["capacity_bytes"]),
+            float(data["bytes_per_s"]),
+            int(data["configs"]),
+            str(data["op"]),
+            float(data["bytes"]),
+            float(data["time_s"]),
+            str(data["key"]),
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """Return the roof and its derivation as plain values (JSON)."""
         return {

@@ -10,6 +10,7 @@ says how measured peaks are taken.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind, DevicePeak
-from operator_db.roofline.attained import AttainedRoof, attained_roofs, with_attained
+from operator_db.roofline.attained import AttainedRoof, with_attained
 from operator_db.roofline.bounds import CacheRoof, Peaks
 from operator_db.roofline.chips import (
     ChipMatch,
@@ -345,7 +346,8 @@ def peaks_for_kind(session: Session, kind_name: str) -> KindPeaks:
 
     Spec: the stored spec rows, or (none stored) the shipped table's chip matching ``kind_name``.
     Measured: per dtype, and for bandwidth, the highest stored value over all hosts. A GPU's L2
-    roof attained by its configurations (:func:`~operator_db.roofline.attained.attained_roofs`).
+    roof attained by its configurations, as stored (``record.store_attained_roofs``: an import
+    or ``opdb peaks`` finds it once, not every read).
     An unknown kind with no matching chip gives an empty ``KindPeaks``.
     """
     return kind_peaks(session, queries.find_device_kind(session, kind_name), kind_name)
@@ -395,17 +397,15 @@ def kind_peaks(session: Session, kind: DeviceKind | None, kind_name: str) -> Kin
     )
     usable = seen[-1] if seen else None
     known = _with_spec(peaks, kind, kind_name, spec, usable)
-    attained = attained_roofs(
-        session,
-        kind,
-        kind_name,
-        measured_levels=list(caches),
-        compute_peak=lambda dtype: _highest_flops(known, dtype),
+    attained = tuple(
+        AttainedRoof.from_dict(json.loads(r.reference))
+        for r in rows
+        if r.source == "attained" and r.reference
     )
     return replace(known, attained_caches=attained) if attained else known
 
 
-def _highest_flops(known: KindPeaks, dtype: str) -> float | None:
+def highest_flops(known: KindPeaks, dtype: str) -> float | None:
     """Return the highest compute peak known for ``dtype`` (spec or measured), or None."""
     found = [known.flops_per_s(dtype, prefer=p) for p in ("spec", "measured")]
     values = [p.value for p in found if p is not None]

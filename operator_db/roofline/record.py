@@ -8,6 +8,7 @@ the host. Reading them back is :mod:`operator_db.roofline.peaks`; the SQL is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +17,16 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind, DevicePeak
 from operator_db.db.queries import PeakFigure
+from operator_db.roofline.attained import AttainedRoof, attained_roofs
 from operator_db.roofline.chips import ChipPeaks, MatchKind, match_chip, spec_reference
-from operator_db.roofline.peaks import CPU_ALLOTMENT, SPEC_CHIP, KindPeaks, peaks_for_kind
+from operator_db.roofline.peaks import (
+    CPU_ALLOTMENT,
+    SPEC_CHIP,
+    KindPeaks,
+    highest_flops,
+    kind_peaks,
+    peaks_for_kind,
+)
 
 if TYPE_CHECKING:  # measure imports torch; estimating needs none of it
     from operator_db.measure.peaks import MeasuredPeaks
@@ -97,7 +106,38 @@ def record_peaks(
     found = match_chip(measured.kind_name)
     if found is not None and not queries.has_spec_peaks(session, kind.id):
         store_spec_peaks(session, found.chip, kind, found.how)
+    store_attained_roofs(session, kind)
     return peaks_for_kind(session, measured.kind_name)
+
+
+def store_attained_roofs(session: Session, kind: DeviceKind) -> tuple[AttainedRoof, ...]:
+    """Find a GPU kind's attained L2 roof from its stored results and store it (or none).
+
+    Replaces the kind's earlier attained rows: one bandwidth row per level, its derivation as
+    JSON in ``reference`` (``AttainedRoof.as_dict``). Finding it reads every result of the kind
+    that fits in its L2 (about 50 ms for a NeuSight GPU's 55,000), so it is done once, when
+    results arrive in bulk (an import, ``opdb peaks``), never when a roof is read. Flushes.
+    """
+    known = kind_peaks(session, kind, kind.name)
+    roofs = attained_roofs(
+        session,
+        kind,
+        kind.name,
+        measured_levels=[c.level for c in known.measured_caches],
+        compute_peak=lambda dtype: highest_flops(known, dtype),
+    )
+    figures = [
+        PeakFigure(
+            None,
+            roof.bytes_per_s,
+            json.dumps(roof.as_dict(), sort_keys=True),
+            level=roof.level,
+            capacity_bytes=roof.capacity_bytes,
+        )
+        for roof in roofs
+    ]
+    queries.replace_peaks(session, kind.id, "attained", figures)
+    return roofs
 
 
 def _register_host(session: Session, kind: DeviceKind, provenance: Mapping[str, Any]) -> int | None:

@@ -79,8 +79,9 @@ def test_the_estimate_reads_what_it_needs_in_the_same_statements_whatever_the_si
                 assert body["time_s"] == pytest.approx(size * 1e-6)  # each: the newer result
         finally:
             event.remove(engine, "before_cursor_execute", record)
-    # The model, the kind, its peaks, its attained L2 roof, the configurations, their newest
-    # results, the model's run: 7 statements for 3 configurations as for 600.
-    assert len(statements["small"]) == len(statements["large"]) == 7
+    # The model, the kind, its peaks (an attained L2 roof stored among them), the
+    # configurations, their newest results, the model's run: 6 statements for 3 configurations
+    # as for 600.
+    assert len(statements["small"]) == len(statements["large"]) == 6
     read = " ".join(statements["large"])
     assert [column for column in NEVER_READ if column in read] == []

@@ -25,6 +25,7 @@ from operator_db.roofline.chips import chip_spec
 from operator_db.roofline.configs import kind_configs_roofline
 from operator_db.roofline.explain import count_classes, roof_class
 from operator_db.roofline.peaks import best_peaks, peaks_for_kind, peaks_of
+from operator_db.roofline.record import store_attained_roofs
 from tests.helpers import run_cli
 from tests.report.test_report import png_ok
 
@@ -95,6 +96,7 @@ def add_result(
                 }
             ],
         )
+        store_attained_roofs(session, queries.get_device_kind(session, kind))  # as imports do
 
 
 def test_the_l2_roof_is_the_fastest_l2_resident_configuration(
@@ -129,7 +131,9 @@ def test_the_l2_roof_is_the_fastest_l2_resident_configuration(
     assert spec.source == "NVIDIA L4 spec: float32 peak and bandwidth, L2 roof attained"
     assert best_peaks(known, "float32") == spec
     monkeypatch.setattr(attained, "PAGE", 1)  # read a result at a time: the same roof
-    with store.transaction(read_only=True) as session:
+    with store.transaction() as session:
+        kind = queries.get_device_kind(session, L4)
+        assert store_attained_roofs(session, kind) == known.attained_caches
         assert peaks_for_kind(session, L4).attained_caches == known.attained_caches
     # No roof where it is no faster than the DRAM roof.
     assert with_attained(Peaks(1e13, 600e9, "faster memory"), known.attained_caches).caches == ()

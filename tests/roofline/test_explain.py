@@ -28,6 +28,7 @@ from operator_db.roofline.explain import (
     kernel_algorithm,
     winograd_reduction,
 )
+from operator_db.roofline.record import store_attained_roofs
 from tests.helpers import result_row, run_cli
 from tests.report.test_report import png_ok
 from tests.roofline.test_attained import imported_kinds
@@ -85,6 +86,7 @@ def add(
         if imported:
             row |= {"source_id": source.id, "source_ref": f"{tag}-{age_s}"}
         queries.add_results(session, "measurements", [row])
+        store_attained_roofs(session, kind)  # as an import does
     return config_id
 
 

@@ -27,7 +27,7 @@ from api.ui import format as fmt
 from operator_db.config import Settings
 from operator_db.db import queue
 from operator_db.db.store import Store
-from tests.ui.seed import ERROR, KINDS, MODEL, OWNER, Seeded, seed
+from tests.ui.seed import ERROR, KINDS, MODEL, NS_MODEL, OWNER, Seeded, seed
 
 CHROMIUM = os.environ.get("OPDB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -164,7 +164,11 @@ def test_overview_shows_what_the_api_says(site: Site, page: Page, shots: Path) -
 
 def test_model_configuration_job_click_through(site: Site, page: Page, shots: Path) -> None:
     page.goto(f"{site.url}/ui/")
-    page.get_by_role("link", name=MODEL, exact=True).first.click()
+    link = page.locator(f'ul.models a:text-is("{MODEL}")')  # hidden in a closed list too
+    measured = page.locator("#main details", has=link).first
+    if measured.get_attribute("open") is None:
+        measured.locator("summary").click()
+    measured.get_by_role("link", name=MODEL, exact=True).first.click()
     page.wait_for_url(f"**/ui/models/{MODEL}?device_kind=*")
     kind = KINDS[0]
     estimate = site.json(f"/models/{MODEL}/estimate", device_kind=kind, limit=1000)
@@ -219,6 +223,94 @@ def test_model_configuration_job_click_through(site: Site, page: Page, shots: Pa
     page.wait_for_url(f"**/ui/jobs/{job_id}")
     job = site.json(f"/jobs/{job_id}")
     assert _text(page, '#job dd[data-field="status"]') == job["status"]
+
+
+def test_imported_gpus_and_data_sets_on_the_overview(site: Site, page: Page, shots: Path) -> None:
+    """Each kind's spec sheet and sources as /device-kinds gives them; the data sets' totals."""
+    page.goto(f"{site.url}/ui/")
+    for kind in site.json("/device-kinds"):
+        card = page.locator(f'article[data-kind="{kind["name"]}"]')
+        for source in kind["sources"]:
+            item = card.locator(f'li[data-source="{source["source"]}"]')
+            assert _cell(item, "results") == str(source["results"])
+            text = item.inner_text()
+            if source["imported"]:
+                assert text.startswith("Imported from") and source["source"] in text
+                assert (source["license"] or "") in text
+            else:
+                assert text.startswith("Measured by operator-db")
+        spec = kind["spec"]
+        if spec is not None:
+            assert _cell(card, "sms") == str(spec["sms"])
+            shown = card.locator('[data-dtype="float32"]').inner_text()
+            assert shown == fmt.si(spec["peak_flops_per_s"]["float32"], "FLOP/s")
+    for source in site.json("/data-sources")["items"]:
+        row = page.locator(f'#data-sets tr[data-source="{source["name"]}"]')
+        assert _cell(row, "results") == str(source["results"])
+        assert _cell(row, "model_runs") == str(source["model_runs"])
+    for row in page.locator("#newest tbody tr").all()[:5]:
+        key = row.locator("a").get_attribute("href").rsplit("/", 1)[1]
+        results = site.json(f"/configurations/{key}/measurements")["items"]
+        (result,) = [r for r in results if r["id"] == int(row.get_attribute("data-id") or 0)]
+        assert _cell(row, "source") == fmt.source(result["source"])
+    page.locator('article[data-kind="NVIDIA L4"]').screenshot(path=str(shots / "ui-kind-l4.png"))
+
+
+def test_models_model_and_configuration_say_where_figures_come_from(
+    site: Site, page: Page, shots: Path
+) -> None:
+    page.goto(f"{site.url}/ui/")
+    page.locator("#all-models").click()
+    page.wait_for_url("**/ui/models")
+    listed = site.json("/models")
+    assert _cell(page.locator("#models-total"), "total") == str(listed["total"])
+    assert page.locator("#models tbody tr").count() == listed["total"]
+    for model in listed["items"]:
+        row = page.locator(f'#models tr[data-model="{model["name"]}"]')
+        for kind in model["device_kinds"]:
+            item = row.locator(f'li[data-kind="{kind["device_kind"]}"]')
+            assert _cell(item, "configs_with_results") == str(kind["configs_with_results"])
+            if kind["configs_imported"]:
+                assert _cell(item, "configs_imported") == str(kind["configs_imported"])
+    page.screenshot(path=str(shots / "ui-models.png"), full_page=True)
+
+    page.locator(f'#models tr[data-model="{NS_MODEL}"] th a').click()
+    page.wait_for_url(f"**/ui/models/{NS_MODEL}")
+    for kind in ("NVIDIA L4", "Tesla T4"):
+        estimate = site.json(f"/models/{NS_MODEL}/estimate", device_kind=kind, limit=1000)
+        row = page.locator(f'#side-by-side tr[data-kind="{kind}"]')
+        assert _cell(row, "total_time_s") == fmt.si(estimate["total_time_s"], "s")
+        assert _cell(row, "full_run_time_s") == fmt.si(estimate["full_run_time_s"], "s")
+        assert _cell(row, "full_run_source") == fmt.source(estimate["full_run_source"])
+        assert _cell(row, "time_error") == fmt.percent(estimate["time_error"], signed=True)
+        assert _cell(row, "coverage") == fmt.percent(estimate["coverage"])
+        shown = _cell(row, "sources")
+        for source, n in estimate["sources"].items():
+            assert f"{fmt.source(source)}: {n}" in shown
+    chosen = page.locator("#side-by-side tr.current").get_attribute("data-kind")
+    estimate = site.json(f"/models/{NS_MODEL}/estimate", device_kind=chosen, limit=1000)
+    for shown_row, row_json in zip(
+        page.locator("#configurations tbody tr").all(), estimate["configurations"], strict=True
+    ):
+        assert shown_row.get_attribute("data-key") == row_json["key"]
+        expected = fmt.source(row_json["source"]) if row_json["source"] else "not measured"
+        assert _cell(shown_row, "source") == expected
+    page.screenshot(path=str(shots / "ui-model-imported.png"), full_page=True)
+
+    page.goto(f"{site.url}/ui/models/{NS_MODEL}?device_kind=Tesla%20T4")
+    page.locator(f'#configurations tr[data-key="{site.seeded.own_key}"] a').click()
+    page.wait_for_url(f"**/ui/configurations/{site.seeded.own_key}")
+    results = site.json(f"/configurations/{site.seeded.own_key}/measurements")["items"]
+    assert {r["source"] for r in results} == {"measured", "neusight"}
+    for result in results:
+        cell = _cell(page.locator(f'#measurements tr[data-id="{result["id"]}"]'), "source")
+        assert cell.startswith(fmt.source(result["source"]))
+        if result["source_file"]:
+            assert f"({result['source_file']}, line {result['source_line']})" in cell
+    newest = results[0]
+    said = page.locator("#newest-source").inner_text()
+    assert said.startswith("Imported" if newest["source"] != "measured" else "Measured")
+    page.screenshot(path=str(shots / "ui-configuration-sources.png"), full_page=True)
 
 
 def test_jobs_show_errors_and_holders_and_refresh_live(site: Site, page: Page, shots: Path) -> None:

@@ -13,7 +13,11 @@ from api.app import create_app
 from api.ui import format as fmt
 from api.ui.pages import COOKIE
 from operator_db.config import Settings
-from tests.ui.seed import ERROR, KINDS, MODEL, OWNER, Seeded, seed
+from operator_db.db.ingest import ingest_specs
+from operator_db.db.store import Store
+from operator_db.specs.io import load_spec
+from tests.helpers import EXAMPLE_SPECS
+from tests.ui.seed import ERROR, KINDS, MODEL, NS_MODEL, OWNER, Seeded, seed
 
 READ = "reader-token"
 
@@ -35,6 +39,9 @@ def test_every_page_answers_html(client: TestClient, seeded: Seeded) -> None:
         "/ui/",
         f"/ui/models/{MODEL}",
         f"/ui/models/{MODEL}?device_kind={KINDS[1]}",
+        "/ui/models",
+        "/ui/models?search=tiny&offset=0",
+        f"/ui/models/{NS_MODEL}",
         "/ui/jobs",
         "/ui/jobs?status=failed",
         "/ui/jobs?status=&device_kind=",
@@ -125,3 +132,97 @@ def test_protected_reads_ask_for_a_token_and_keep_it_in_a_cookie(db_url: str) ->
         c.cookies.clear()
         assert c.get("/ui/", headers={"Authorization": f"Bearer {READ}"}).status_code == 200
         assert c.get("/ui/", follow_redirects=False).status_code == 303
+
+
+def _row(html: str, attribute: str, value: str) -> str:
+    pattern = rf'<(tr|li|article)[^>]* {attribute}="{re.escape(value)}".*?</\1>'
+    found = re.search(pattern, html, re.S)
+    assert found is not None, (attribute, value)
+    return found.group(0)
+
+
+def test_the_overview_shows_imported_gpus_with_their_spec_and_source(client: TestClient) -> None:
+    html = client.get("/ui/").text
+    for kind in client.get("/device-kinds").json():
+        card = _row(html, "data-kind", kind["name"])
+        for source in kind["sources"]:
+            item = _row(card, "data-source", source["source"])
+            assert f'data-field="results">{source["results"]}<' in item
+            assert ("Imported" in item) == source["imported"]
+            assert ("Measured" in item) == (not source["imported"])
+        if kind["spec"] is not None:
+            assert f'data-field="sms">{kind["spec"]["sms"]}<' in card
+    l4 = _row(html, "data-kind", "NVIDIA L4")
+    assert "Num_Sm 60 → 58" in l4 and "neusight" in l4 and "MIT" in l4
+    (source,) = client.get("/data-sources").json()["items"]
+    row = _row(html.split('id="data-sets"')[1], "data-source", "neusight")
+    assert f'data-field="results">{source["results"]}<' in row
+    assert f'data-field="model_runs">{source["model_runs"]}<' in row
+    # The newest results: the import, then one own measurement; each says which it is.
+    newest = html.split('id="newest"')[1]
+    rows = re.findall(r'<tr data-id="(\d+)">.*?/ui/configurations/(\w+).*?</tr>', newest, re.S)
+    assert len(rows) == 20
+    for result_id, key in rows:
+        results = client.get(f"/configurations/{key}/measurements").json()["items"]
+        (result,) = [r for r in results if r["id"] == int(result_id)]
+        assert fmt.source(result["source"]) in _row(newest, "data-id", result_id)
+    assert newest.count("imported: neusight") == 19 and newest.count("own measurement") == 1
+    assert 'href="/ui/models"' in html
+
+
+def test_the_models_page_lists_every_model_measured_or_not(client: TestClient, db_url: str) -> None:
+    with Store.open(db_url) as store, store.transaction() as session:
+        ingest_specs(session, [load_spec(EXAMPLE_SPECS / "mlp-small-b8.yaml", max_bytes=10**6)])
+    html = client.get("/ui/models").text
+    listed = client.get("/models").json()
+    assert f'data-field="total">{listed["total"]}<' in html
+    for model in listed["items"]:
+        row = _row(html, "data-model", model["name"])
+        for kind in model["device_kinds"]:
+            item = _row(row, "data-kind", kind["device_kind"])
+            assert f'data-field="configs_with_results">{kind["configs_with_results"]}<' in item
+            assert ("imported" in item) == bool(
+                kind["configs_imported"] or set(kind["model_runs"]) - {"measured"}
+            )
+    assert "none yet" in _row(html, "data-model", "mlp-small-b8")  # ingested, never measured
+    unmeasured = client.get("/ui/models/mlp-small-b8").text
+    assert "No figure on any device kind yet" in unmeasured
+    later = client.get("/ui/models", params={"offset": 2}).text
+    names = [m["name"] for m in listed["items"]]
+    assert f'data-model="{names[0]}"' not in later and f'data-model="{names[2]}"' in later
+    assert 'rel="prev"' in later and 'rel="next"' not in later
+    ns = _row(html, "data-model", NS_MODEL)
+    assert "imported: neusight" in _row(ns, "data-kind", "Tesla T4")
+    found = client.get("/ui/models", params={"search": "wide"}).text
+    assert 'data-model="tiny-wide"' in found and f'data-model="{MODEL}"' not in found
+    assert client.get("/ui/models", params={"offset": -1}).status_code == 422
+
+
+def test_the_model_page_says_which_figures_are_imported(client: TestClient) -> None:
+    html = client.get(f"/ui/models/{NS_MODEL}", params={"device_kind": "Tesla T4"}).text
+    for kind in ("NVIDIA L4", "Tesla T4"):
+        estimate = client.get(f"/models/{NS_MODEL}/estimate", params={"device_kind": kind}).json()
+        row = _row(html, "data-kind", kind)
+        assert fmt.si(estimate["total_time_s"], "s") in row
+        assert fmt.source(estimate["full_run_source"]) in row
+        for source, n in estimate["sources"].items():
+            assert f"{fmt.source(source)}: {n}" in row
+    t4 = _row(html, "data-kind", "Tesla T4")
+    assert "imported: neusight" in t4.split('data-field="full_run_source"')[1][:80]
+    table = html.split('id="configurations"')[1]
+    assert "own measurement" in table and "imported: neusight" in table
+    assert "not measured" in table  # the L4's configurations have no figure on the T4
+    assert "imported: 31 of 36 configurations" in html  # the estimate's note
+
+
+def test_the_configuration_page_names_each_results_source(
+    client: TestClient, seeded: Seeded
+) -> None:
+    html = client.get(f"/ui/configurations/{seeded.own_key}").text
+    results = client.get(f"/configurations/{seeded.own_key}/measurements").json()["items"]
+    for result in results:
+        row = _row(html, "data-id", str(result["id"]))
+        assert fmt.source(result["source"]) in row
+        if result["source_file"]:
+            assert result["source_file"] in row and f"line {result['source_line']}" in row
+    assert "· imported: neusight" in html  # its own series in the chart

@@ -42,6 +42,7 @@ from operator_db.datasets.runs import identity, measurement_row, run_row
 from operator_db.db import queries
 from operator_db.db.ingest import IngestResult, config_ids, ingest_specs
 from operator_db.errors import SpecError
+from operator_db.roofline.record import store_attained_roofs
 from operator_db.specs.io import LoadedSpec, load_spec
 
 SPEC_FOLDER = "specs"
@@ -223,6 +224,8 @@ def import_runs(
         )
         if progress is not None:
             progress(label.file, counts.read)
+    for kind in kinds.values():  # the kinds' L2 roofs, attained by what is now stored
+        store_attained_roofs(session, kind)
     if on_bad == "refuse" and report.bad:
         shown = "; ".join(str(b) for b in report.bad[:20])
         raise ImportRefusedError(f"{len(report.bad)} bad files or rows, import refused: {shown}")
