@@ -91,8 +91,8 @@ def configs_section(
 ) -> None:
     """Write every configuration of each kind on its roofs, counted by the roof explaining it."""
     doc.heading("Configurations on the device roofs")
-    stored = queries.results_per_source(session)
-    with_results = {kind_id for (_, kind_id), n in stored.items() if n}
+    stored = queries.count_results(session).counts
+    with_results = {kind_id for (kind_id, _), n in stored.items() if n}
     shown = [k for k in sorted(kinds, key=lambda k: k.name) if k.id in with_results]
     if not shown:
         doc.para(

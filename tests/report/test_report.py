@@ -18,6 +18,7 @@ from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
 from operator_db.errors import NotFoundError, OperatorDBError
 from operator_db.report import plots as report_plots
+from operator_db.roofline.record import store_attained_roofs
 from operator_db.specs import parse_spec
 from tests.helpers import spec_dict
 from tests.study.study_data import CPU as STUDY_CPU
@@ -137,6 +138,8 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
     with store.transaction() as session:
         get_or_create_device_kind(session, "fake:Unused", "fake")  # not in the study
         ingest_specs(session, [parse_spec(spec_dict("outsider"), "outsider.yaml")])
+        # The GPU's attained L2 roof, found once as `opdb peaks` or an import does.
+        store_attained_roofs(session, get_or_create_device_kind(session, STUDY_GPU))
     out = tmp_path / "md"
     with store.transaction(read_only=True) as session:
         path = rep.build_report(

@@ -91,7 +91,6 @@ from operator_db.db.queries.sources import (
     model_kind_figures,
     newest_result_id,
     result_sources,
-    results_per_source,
     source_counts,
 )
 from operator_db.db.queries.tables import TABLES, row_counts
@@ -108,7 +107,6 @@ __all__ = [
     "data_sources",
     "get_or_update_data_source",
     "imported_refs",
-    "results_per_source",
     "ModelKindFigures",
     "ResultCounts",
     "SourceCount",

@@ -78,16 +78,6 @@ def add_results(session: Session, table: str, rows: Sequence[Mapping[str, Any]])
     return len(rows)
 
 
-def results_per_source(session: Session) -> dict[tuple[int | None, int], int]:
-    """Return the number of stored per-operator results per (source id or None, device kind id)."""
-    rows = session.execute(
-        select(Measurement.source_id, Measurement.device_kind_id, func.count()).group_by(
-            Measurement.source_id, Measurement.device_kind_id
-        )
-    )
-    return {(source, kind): int(n) for source, kind, n in rows}
-
-
 @dataclass(frozen=True)
 class SourceCount:
     """How many results of one source are stored on one device kind."""
