@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from operator_db.db.models import as_utc
 from operator_db.db.queries.devices import KIND_NAME_PATTERN
+from operator_db.roofline.chips import MemoryType
 
 T = TypeVar("T")
 
@@ -397,6 +398,9 @@ class ChipSpecOut(BaseModel):
     base_clock_mhz: int | None
     memory_bytes: int | None = Field(description="Device memory, bytes.")
     l2_cache_bytes: int | None = Field(description="Last-level (L2) cache, bytes.")
+    compute_capability: str | None = Field(description="NVIDIA GPU: CUDA compute capability.")
+    board_power_w: float | None = Field(description="Board's maximum power (TDP / TBP), W.")
+    memory_type: MemoryType | None = Field(description="DRAM family: HBM, GDDR, LPDDR or DDR.")
     memory_bandwidth_bytes_per_s: float
     peak_flops_per_s: dict[str, float] = Field(
         description="Dense peak per dtype, FLOP/s (int8: OP/s); tf32: float32 matmuls on "

@@ -51,6 +51,12 @@ PeakDtype = Literal[
 """
 
 
+MemoryType = Literal["HBM", "GDDR", "LPDDR", "DDR"]
+"""DRAM technology families, without the generation (HBM3e is ``HBM``, GDDR6X ``GDDR``)."""
+
+COMPUTE_CAPABILITY_PATTERN = r"^\d+\.\d+$"
+"""A CUDA compute capability: major.minor, as ``"8.9"``."""
+
 FP32_IDENTITY_TOLERANCE = 0.02
 """How far a GPU's float32 peak may be from 2 x SMs x FP32 lanes x boost clock: vendors round."""
 
@@ -96,6 +102,14 @@ class ChipPeaks(BaseModel):
     come in powers of two: ``80GB`` HBM3 is 80 x 2**30 bytes)."""
     l2_cache_bytes: PositiveFloat | None = None
     """Last-level (L2) cache, bytes: the vendor's "MB" read as MiB (``50 MB`` is 50 x 2**20)."""
+    compute_capability: str | None = Field(default=None, pattern=COMPUTE_CAPABILITY_PATTERN)
+    """CUDA compute capability, ``"X.Y"`` (``"8.0"`` for the A100): NVIDIA GPUs only."""
+    board_power_w: PositiveFloat | None = None
+    """The board's maximum power (TDP / TBP; a module's maximum power mode), W, from the
+    vendor's datasheet."""
+    memory_type: MemoryType | None = None
+    """DRAM technology family of the device memory: HBM2/HBM2e/HBM3/HBM3e are ``HBM``,
+    GDDR5/GDDR6/GDDR6X ``GDDR``, LPDDR5 ``LPDDR``."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -119,6 +133,14 @@ class ChipPeaks(BaseModel):
         gpu_fields = (self.sms, self.cores_per_sm, self.boost_clock_mhz, self.base_clock_mhz)
         if cpu and any(v is not None for v in gpu_fields):
             raise ValueError("sms, cores_per_sm and the clocks in MHz are for GPUs, not server_cpu")
+        return self
+
+    @model_validator(mode="after")
+    def _compute_capability_for_nvidia(self) -> ChipPeaks:
+        if self.compute_capability is not None and (
+            self.vendor != "NVIDIA" or self.category == "server_cpu"
+        ):
+            raise ValueError("compute_capability is for NVIDIA GPUs only")
         return self
 
     @model_validator(mode="after")

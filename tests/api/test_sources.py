@@ -71,6 +71,11 @@ def test_an_imported_gpu_has_its_spec_sheet_and_sources(client: TestClient) -> N
     spec = t4["spec"]
     assert (spec["sms"], spec["cores_per_sm"], spec["boost_clock_mhz"]) == (40, 64, 1590)
     assert spec["memory_bytes"] == 16 * 2**30 and spec["l2_cache_bytes"] == 4 * 2**20
+    assert (spec["compute_capability"], spec["board_power_w"], spec["memory_type"]) == (
+        "7.5",
+        70.0,
+        "GDDR",
+    )
     assert spec["peak_flops_per_s"]["float32"] == pytest.approx(8.1e12)
     assert spec["memory_bandwidth_bytes_per_s"] == pytest.approx(320e9)
     assert "T4" in spec["source"]
@@ -220,6 +225,9 @@ def test_the_openapi_document_describes_the_sources(client: TestClient) -> None:
         assert "imported" in estimate[field]["description"], field
     assert "sources" in schemas["EstimateOut"]["required"]
     assert {"spec", "sources"} <= set(schemas["DeviceKindOut"]["properties"])
+    spec = schemas["ChipSpecOut"]["properties"]
+    assert {"l2_cache_bytes", "compute_capability", "board_power_w", "memory_type"} <= set(spec)
+    assert "W" in spec["board_power_w"]["description"]
     assert {"source", "source_file", "source_line"} <= set(schemas["MeasurementOut"]["properties"])
     assert "device_kinds" in schemas["ModelSummaryOut"]["properties"]
     paths = client.get("/openapi.json").json()["paths"]

@@ -1,9 +1,11 @@
-"""GPU spec-sheet facts of the shipped table: SMs, FP32 lanes, clocks, memory, L2; ``chip_spec``."""
+"""GPU spec-sheet facts of the shipped table: SMs, FP32 lanes, clocks, memory, L2, compute
+capability, board power, memory type; ``chip_spec``."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ TABLE = chip_table.load_peak_table()
 GIB, MIB = float(2**30), float(2**20)
 NVIDIA_DATACENTER = [c for c in TABLE if c.vendor == "NVIDIA" and c.category == "datacenter_gpu"]
 WITH_CLOCK = [c for c in TABLE if c.fp32_from_clock is not None]
+NVIDIA_GPUS = [c for c in TABLE if c.vendor == "NVIDIA" and c.category != "server_cpu"]
+WITH_POWER_OR_MEMORY = [c for c in TABLE if c.board_power_w or c.memory_type]
 
 NEUSIGHT_DEVICES = {
     # The NVML names the NeuSight data set's rows and configs carry, and the chip of each.
@@ -61,6 +65,35 @@ def test_every_nvidia_datacenter_gpu_has_its_facts(chip: chip_table.ChipPeaks) -
         # One entry for boards of two capacities (its aliases): its notes must say so.
         assert "memory_bytes is left out" in chip.notes
     assert "float32" in chip.peak_flops_per_s
+    # What the cross-device predictor needs besides.
+    assert chip.compute_capability is not None
+    assert chip.board_power_w is not None and chip.memory_type is not None
+
+
+@pytest.mark.parametrize("chip", NVIDIA_GPUS, ids=lambda c: c.name)
+def test_every_nvidia_gpu_has_a_compute_capability_with_its_source(
+    chip: chip_table.ChipPeaks,
+) -> None:
+    assert chip.compute_capability is not None
+    assert re.fullmatch(r"[5-9]\.\d", chip.compute_capability), chip.compute_capability
+    assert "NVIDIA CUDA GPUs list (compute capability)" in chip.source
+
+
+def test_compute_capability_is_only_on_nvidia_gpus() -> None:
+    others = [c for c in TABLE if c not in NVIDIA_GPUS]
+    assert others and all(c.compute_capability is None for c in others)
+
+
+@pytest.mark.parametrize("chip", WITH_POWER_OR_MEMORY, ids=lambda c: c.name)
+def test_power_and_memory_type_agree_with_source_and_notes(chip: chip_table.ChipPeaks) -> None:
+    text = f"{chip.source} {chip.notes}"
+    # The board power is a figure the entry prints (its notes or its source's column).
+    assert chip.board_power_w is not None and 10 <= chip.board_power_w <= 1000
+    assert f"{chip.board_power_w:g} W" in text, (chip.name, chip.board_power_w)
+    # The memory type is the family of the one the source or notes name (HBM2e: HBM).
+    assert chip.memory_type is not None
+    named = set(re.findall(r"\b(HBM|GDDR|LPDDR)\d", text))
+    assert named == {chip.memory_type}, (chip.name, named)
 
 
 @pytest.mark.parametrize("chip", WITH_CLOCK, ids=lambda c: c.name)
@@ -114,6 +147,9 @@ def test_the_facts_are_typed_in_the_yaml() -> None:
             assert isinstance(chip.get(key, 0.0), float), (chip["name"], key)
         for key in ("sms", "cores_per_sm", "boost_clock_mhz", "base_clock_mhz"):
             assert isinstance(chip.get(key, 0), int), (chip["name"], key)
+        assert isinstance(chip.get("board_power_w", 0.0), float), chip["name"]
+        # Quoted: an unquoted 8.0 is a float, and 7.10 would be read as 7.1.
+        assert isinstance(chip.get("compute_capability", ""), str), chip["name"]
 
 
 def _neusight_configs() -> list[dict[str, Any]]:
@@ -174,6 +210,27 @@ def _gpu(**changes: Any) -> dict[str, Any]:
         (_gpu(memory_bytes="16e9"), "chips[0].memory_bytes", None),  # YAML 1.1 reads a string
         (_gpu(l2_cache_bytes=-1.0), "chips[0].l2_cache_bytes", None),
         (_gpu(category="server_cpu", cores=8), "chips[0]", "for GPUs"),
+        (_gpu(vendor="NVIDIA", compute_capability="8"), "chips[0].compute_capability", None),
+        (_gpu(vendor="NVIDIA", compute_capability="sm_80"), "chips[0].compute_capability", None),
+        (_gpu(vendor="NVIDIA", compute_capability="8.0\n"), "chips[0].compute_capability", None),
+        (_gpu(vendor="NVIDIA", compute_capability=8.0), "chips[0].compute_capability", None),
+        (_gpu(compute_capability="9.4"), "chips[0]", "NVIDIA GPUs only"),  # an AMD-like GPU
+        (
+            _gpu(
+                category="server_cpu",
+                vendor="NVIDIA",
+                sms=None,
+                cores_per_sm=None,
+                cores=72,
+                boost_clock_mhz=None,
+                compute_capability="9.0",
+            ),
+            "chips[0]",
+            "NVIDIA GPUs only",
+        ),
+        (_gpu(board_power_w=0.0), "chips[0].board_power_w", None),
+        (_gpu(board_power_w="700"), "chips[0].board_power_w", None),
+        (_gpu(memory_type="HBM3"), "chips[0].memory_type", None),
     ],
 )
 def test_invalid_gpu_facts_are_rejected(
@@ -194,3 +251,24 @@ def test_valid_gpu_facts_are_kept() -> None:
     # Without the clock there is nothing to check against.
     [bare] = chip_table.parse_peak_table({"chips": [_gpu(boost_clock_mhz=None)]}, "t.yaml")
     assert bare.fp32_from_clock is None
+    assert (bare.compute_capability, bare.board_power_w, bare.memory_type) == (None, None, None)
+
+
+def test_compute_capability_power_and_memory_type_are_kept() -> None:
+    nvidia = _gpu(vendor="NVIDIA", compute_capability="8.0", board_power_w=400.0)
+    [chip] = chip_table.parse_peak_table({"chips": [nvidia | {"memory_type": "HBM"}]}, "t.yaml")
+    assert (chip.compute_capability, chip.board_power_w, chip.memory_type) == ("8.0", 400.0, "HBM")
+    [two_digits] = chip_table.parse_peak_table(
+        {"chips": [_gpu(vendor="NVIDIA", compute_capability="10.0")]}, "t.yaml"
+    )
+    assert two_digits.compute_capability == "10.0"
+    # Power and memory type are not NVIDIA's only: another vendor's GPU, a CPU's DDR.
+    [other] = chip_table.parse_peak_table(
+        {"chips": [_gpu(board_power_w=750.0, memory_type="HBM")]}, "t.yaml"
+    )
+    assert (other.compute_capability, other.memory_type) == (None, "HBM")
+    cpu = _gpu(category="server_cpu", sms=None, cores_per_sm=None, boost_clock_mhz=None, cores=8)
+    [xeon] = chip_table.parse_peak_table(
+        {"chips": [cpu | {"memory_type": "DDR", "board_power_w": 350.0}]}, "t.yaml"
+    )
+    assert xeon.memory_type == "DDR"

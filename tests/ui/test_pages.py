@@ -152,6 +152,10 @@ def test_the_overview_shows_imported_gpus_with_their_spec_and_source(client: Tes
             assert ("Measured" in item) == (not source["imported"])
         if kind["spec"] is not None:
             assert f'data-field="sms">{kind["spec"]["sms"]}<' in card
+            cc, memory = kind["spec"]["compute_capability"], kind["spec"]["memory_type"]
+            assert f'data-field="compute_capability">{cc}<' in card
+            assert f'data-field="memory_type">{memory}<' in card
+            assert f'data-field="board_power_w">{kind["spec"]["board_power_w"]:g} W<' in card
     l4 = _row(html, "data-kind", "NVIDIA L4")
     assert "Num_Sm 60 → 58" in l4 and "neusight" in l4 and "MIT" in l4
     (source,) = client.get("/data-sources").json()["items"]
