@@ -28,7 +28,13 @@ BEARER = "HTTPBearer"
 
 _MODEL_NAME = "$response.body#/model"
 _FIRST_MODEL = "$response.body#/items/0/name"
-_MODEL_PAGES = ("get_model", "list_model_operators", "enqueue", "delete_model")
+_MODEL_PAGES = (
+    "get_model",
+    "list_model_operators",
+    "get_comparison",
+    "enqueue",
+    "delete_model",
+)
 _LINKS: dict[tuple[str, str], dict[str, tuple[str, dict[str, str]]]] = {
     ("upload_spec", "201"): {target: (target, {"name": _MODEL_NAME}) for target in _MODEL_PAGES},
     ("list_models", "200"): {target: (target, {"name": _FIRST_MODEL}) for target in _MODEL_PAGES},

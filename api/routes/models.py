@@ -1,7 +1,11 @@
-"""Models: list, detail, operators, delete, estimate, roofline plot."""
+"""Models: list, detail, operators, delete, estimate, roofline plot, comparison across kinds."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
@@ -19,6 +23,7 @@ from api.schemas import (
     OperatorOut,
     Page,
 )
+from api.schemas_compare import CompareOut, CompareRowOut
 from operator_db.config import Settings
 from operator_db.db import queries
 from operator_db.estimate.compose import estimate_model
@@ -30,6 +35,11 @@ writes = APIRouter(tags=["models"], dependencies=WRITE)
 
 DETAIL_OPERATORS = 100
 """Operators a model's detail lists (the rest: ``/models/{name}/operators``)."""
+COMPARE_KEPT = 64
+"""Comparisons across kinds a process keeps (the least recently asked for goes first)."""
+COMPARE_KEEP_S = 300.0
+"""How long a kept comparison serves at most, s."""
+log = logging.getLogger("operator_db.api")
 
 
 def model_kinds(session: Session, names: Sequence[str]) -> dict[str, list[ModelKindOut]]:
@@ -132,15 +142,16 @@ def get_estimate(
 
     The same figures as `opdb estimate`; the configurations come a page at a time, costliest
     first. `predict=true` fills the configurations not measured on the kind with its newest
-    predictor (`opdb predict train`), with an interval; 404 where the kind has none.
+    predictor (`opdb predict train`), or for a GPU without one the cross-device model
+    (`opdb predict across train`), with an interval; 404 where the kind has neither.
     `context=alone` composes a CPU model's operators as looped alone even where its run timed
     them in a replay of the model's calls (the default where it did).
     """
     predicted = None
     if predict:  # scikit-learn behind it
-        from operator_db.predict.mix import predicted_costs
+        from operator_db.predict.mix import predicted_for
 
-        predicted = predicted_costs(session, name, device_kind)
+        predicted = predicted_for(session, name, device_kind)
     est = estimate_model(
         session,
         name,
@@ -162,6 +173,72 @@ def get_estimate(
         configurations=ranked[offset : offset + limit],
         configurations_total=len(est.config_rows),
     )
+
+
+_compared: OrderedDict[tuple[object, ...], tuple[float, CompareOut]] = OrderedDict()
+_compared_lock = threading.Lock()
+
+
+def compare_model(session: Session, name: str) -> tuple[CompareOut, int]:
+    """Return the model on every device kind, kept per process, and the newest cross version.
+
+    ``predict.across.compare``'s rows, and the version of the newest cross-device model stored
+    (0: none). An estimate per kind is too slow to make on every request: the comparison is
+    kept, keyed on the database, the model, the newest result's id, the newest cross-device
+    model's version and the number of device kinds, so that a new result, a new cross-device
+    model or a new kind makes it again; the ``COMPARE_KEPT`` most recently asked for are kept,
+    each for ``COMPARE_KEEP_S`` at most (what the key does not see, a new whole-model run or
+    new peaks, shows then).
+
+    Raises:
+        NotFoundError: unknown model.
+    """
+    model = queries.get_model(session, name)
+    cross = queries.latest_cross_predictor(session, with_model=False)
+    version = cross.version if cross is not None else 0
+    key = (
+        session.get_bind().engine.url.render_as_string(hide_password=False),
+        model.name,
+        model.id,
+        model.spec_hash,
+        queries.newest_result_id(session),
+        version,
+        len(queries.device_kinds(session)),
+    )
+    now = time.monotonic()
+    with _compared_lock:
+        kept = _compared.get(key)
+        if kept is not None and now - kept[0] <= COMPARE_KEEP_S:
+            _compared.move_to_end(key)
+            return kept[1], version
+    # pandas behind it; scikit-learn too where a cross-device model is stored
+    from operator_db.predict.across.compare import compare
+
+    def _unplaced(kind: str, message: str) -> None:
+        log.warning("compare %s: %s left out: %s", model.name, kind, message)
+
+    rows = compare(session, model.name, on_error=_unplaced)
+    out = CompareOut(
+        model=model.name, rows=[CompareRowOut(**finite_values(r.as_dict())) for r in rows]
+    )
+    with _compared_lock:
+        _compared[key] = (now, out)
+        _compared.move_to_end(key)
+        while len(_compared) > COMPARE_KEPT:
+            _compared.popitem(last=False)
+    return out, version
+
+
+@router.get("/models/{name}/compare", tags=["estimates"])
+def get_comparison(name: str, session: ReadSessionDep) -> CompareOut:
+    """Which GPU for this model: its time on every device kind, fastest first.
+
+    A kind the model has results on is measured (its estimate from its configurations' figures,
+    own or imported, or its whole-model run where few configurations are measured); every other
+    GPU of the chips table is predicted by the newest cross-device model, with an interval,
+    where one is stored (none stored: the measured kinds only).
+    """
+    return compare_model(session, name)[0]
 
 
 @router.get(

@@ -96,3 +96,24 @@ def source(value: str | None) -> str:
 def imported(value: str | None) -> bool:
     """Whether a figure's ``source`` names a data set (imported, not operator-db's own)."""
     return value not in (None, MEASURED, "predicted")
+
+
+def ms(value: float | None) -> str:
+    """Write a time in seconds as milliseconds, without an exponent (``76.5``, ``1,234``)."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    milli = value * 1e3
+    if milli == 0:
+        return "0"
+    if abs(milli) >= 100:
+        return f"{milli:,.0f}"
+    digits = 2 - math.floor(math.log10(abs(milli)))  # three significant digits
+    return f"{milli:.{digits}f}"
+
+
+def interval_ms(low: float | None, high: float | None, level: float | None) -> str:
+    """Write an interval in ms with its level: ``1.20 … 3.40 ms (90 %)``; a dash where none."""
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return DASH
+    text = f"{ms(low)} … {ms(high)} ms"
+    return f"{text} ({level * 100:g} %)" if level is not None and math.isfinite(level) else text

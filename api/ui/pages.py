@@ -1,7 +1,7 @@
-"""The pages under /ui: overview, models, model, jobs, job, configuration; a login where needed.
+"""The pages under /ui: overview, models, model, model across GPUs, jobs, job, configuration.
 
-Each page calls the JSON API's own route functions (or the queries they call), so that what a page
-shows is what the API answers for the same question.
+A login where needed. Each page calls the JSON API's own route functions (or the queries they
+call), so that what a page shows is what the API answers for the same question.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from api.routes.jobs import JobId
 from api.routes.sources import source_name
 from api.schemas import DeviceKindOut, HostOut, PeakOut
 from api.ui import format as fmt
-from api.ui.svg import time_series_svg
+from api.ui.svg import compare_svg, time_series_svg
 from operator_db.config import Settings
 from operator_db.db import queries, queue
 from operator_db.db.models import JOB_STATUSES
@@ -51,6 +51,8 @@ templates = Environment(
 templates.filters.update(
     si=fmt.si,
     percent=fmt.percent,
+    ms=fmt.ms,
+    interval_ms=fmt.interval_ms,
     when=fmt.when,
     sort_key=fmt.sort_key,
     url=quote,
@@ -236,6 +238,24 @@ def model_page(
         estimate=estimates.get(chosen) if chosen else None,
         predict=predict,
         predicted_note=predicted_note,
+    )
+
+
+@pages.get("/models/{name}/compare", response_class=HTMLResponse)
+def compare_page(request: Request, name: str, session: ReadSessionDep) -> HTMLResponse:
+    """Which GPU for this model: its time on every kind, measured or predicted, fastest first.
+
+    The API's ``GET /models/{name}/compare`` as a table and a bar chart with the intervals; where
+    no cross-device model is stored, a hint to train one.
+    """
+    compared, cross = models.compare_model(session, name)
+    return render(
+        request,
+        "compare.html",
+        model=compared.model,
+        rows=compared.rows,
+        chart=compare_svg(compared.model, compared.rows),
+        cross=cross,
     )
 
 

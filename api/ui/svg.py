@@ -1,12 +1,18 @@
-"""A small inline SVG chart: values over time, one line per series (no plotting library)."""
+"""Small inline SVG charts, no plotting library: values over time; a model's time on each kind.
+
+Values over time: one line per series; a model on each device kind: one bar per kind with its
+interval.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 
-from api.ui.format import si, when
+from api.schemas_compare import CompareRowOut
+from api.ui.format import interval_ms, ms, si, when
 
 WIDTH, HEIGHT, PAD = 640, 200, 44
 COLORS = ("#1b6ac9", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0f766e")
@@ -71,3 +77,132 @@ def time_series_svg(series: Mapping[str, Sequence[tuple[datetime, float]]], unit
 
 def _dt(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, tz=UTC)
+
+
+HOW_COLORS = {"measured": "#1b6ac9", "measured run": "#15803d", "predicted": "#c2410c"}
+"""A bar's colour by how its time is known (the legend's order)."""
+BAR_WIDTH, LABEL_W, VALUE_W, ROW_H, TOP, AXIS_H = 740, 230, 80, 24, 30, 40
+LABEL_CHARS = 30
+"""A kind's name in the chart is cut past this (its whole name is in the bar's title)."""
+LOG_RATIO = 10.0
+"""The axis is logarithmic where the largest figure is more than this times the smallest."""
+
+
+def compare_svg(model: str, rows: Sequence[CompareRowOut]) -> str:
+    """Return a horizontal bar chart of the model's time on each kind, with interval whiskers.
+
+    One bar per kind with a time, in the order given (fastest first), coloured by how it is known
+    (a predicted bar also dashed), with a legend; the axis is logarithmic (a tick per decade)
+    where the figures span more than ``LOG_RATIO``, else linear from zero. Accessible:
+    ``role="img"`` with a label; each bar has a title, and the page's table gives the numbers.
+    """
+    timed = [r for r in rows if r.time_s is not None and r.time_s > 0]
+    if not timed:
+        return ""
+    values = [v for r in timed for v in (r.time_s, r.low_s, r.high_s) if v is not None and v > 0]
+    ticks, position, scale = _axis(min(values), max(values))
+    x0, x1 = LABEL_W, BAR_WIDTH - VALUE_W
+    axis_y = TOP + len(timed) * ROW_H + 4
+    height = axis_y + AXIS_H
+
+    def x(value: float) -> float:
+        return x0 + min(max(position(value), 0.0), 1.0) * (x1 - x0)
+
+    fastest = timed[0]
+    label = (
+        f"Time per forward of {model} on {len(timed)} device kinds, fastest first: "
+        f"{fastest.device_kind} {ms(fastest.time_s)} ms ({fastest.how}); {scale} axis"
+    )
+    parts = [
+        f'<svg class="chart compare" viewBox="0 0 {BAR_WIDTH} {height}" role="img" '
+        f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    hows = [h for h in HOW_COLORS if any(r.how == h for r in timed)]
+    for i, how in enumerate(hows):
+        lx = x0 + 130 * i
+        parts.append(
+            f'<g class="legend" data-how="{escape(how)}"><rect x="{lx}" y="8" width="12" '
+            f'height="12" {_bar_style(how)}/><text x="{lx + 17}" y="18" class="label">'
+            f"{escape(how)}</text></g>"
+        )
+    for tick in ticks:
+        tx = x(tick)
+        parts.append(
+            f'<line x1="{tx:.1f}" y1="{TOP}" x2="{tx:.1f}" y2="{axis_y}" class="grid"/>'
+            f'<text x="{tx:.1f}" y="{axis_y + 15}" text-anchor="middle">'
+            f"{escape(si(tick, 's'))}</text>"
+        )
+    parts.append(f'<line x1="{x0}" y1="{axis_y}" x2="{x1}" y2="{axis_y}" class="axis"/>')
+    parts.append(
+        f'<text x="{x1}" y="{axis_y + 32}" text-anchor="end">time per forward '
+        f"({scale} scale)</text>"
+    )
+    for i, row in enumerate(timed):
+        parts.append(_bar(row, TOP + i * ROW_H, x))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _bar(row: CompareRowOut, y: int, x: Callable[[float], float]) -> str:
+    """One kind's bar, whisker, name and figure."""
+    assert row.time_s is not None
+    mid = y + ROW_H / 2
+    end = x(row.time_s)
+    interval = interval_ms(row.low_s, row.high_s, row.level)
+    title = f"{row.device_kind}: {ms(row.time_s)} ms, {row.how}"
+    if row.low_s is not None and row.high_s is not None:
+        title += f"; {interval}"
+    name = row.device_kind
+    if len(name) > LABEL_CHARS:
+        name = name[: LABEL_CHARS - 1] + "…"
+    parts = [
+        f'<g data-kind="{escape(row.device_kind)}" data-how="{escape(row.how)}">'
+        f"<title>{escape(title)}</title>",
+        f'<text x="{LABEL_W - 6}" y="{mid + 4:.1f}" text-anchor="end" class="label">'
+        f"{escape(name)}</text>",
+        f'<rect x="{LABEL_W}" y="{y + 5}" width="{max(end - LABEL_W, 1.0):.1f}" '
+        f'height="{ROW_H - 10}" {_bar_style(row.how)}/>',
+    ]
+    right = end
+    if row.low_s is not None and row.high_s is not None:
+        lo, hi = x(row.low_s), x(row.high_s)
+        right = max(right, hi)
+        parts.append(
+            f'<path class="whisker" d="M{lo:.1f},{mid:.1f}H{hi:.1f}'
+            f"M{lo:.1f},{mid - 5:.1f}V{mid + 5:.1f}M{hi:.1f},{mid - 5:.1f}V{mid + 5:.1f}"
+            '"/>'
+        )
+    parts.append(
+        f'<text x="{right + 6:.1f}" y="{mid + 4:.1f}" class="label">'
+        f"{escape(ms(row.time_s))} ms</text></g>"
+    )
+    return "".join(parts)
+
+
+def _bar_style(how: str) -> str:
+    color = HOW_COLORS.get(how, "#5b6575")
+    if how == "predicted":  # not by colour alone: a predicted bar is also lighter and dashed
+        return f'fill="{color}" fill-opacity="0.45" stroke="{color}" stroke-dasharray="4 2"'
+    return f'fill="{color}"'
+
+
+def _axis(low: float, high: float) -> tuple[list[float], Callable[[float], float], str]:
+    """Return the ticks, the position (0 to 1) of a value and the scale's name for the figures."""
+    if high / low > LOG_RATIO:
+        first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+        last = max(last, first + 1)
+        return (
+            [10.0**d for d in range(first, last + 1)],
+            lambda v: (math.log10(v) - first) / (last - first) if v > 0 else 0.0,
+            "log",
+        )
+    step = _nice(high / 4)
+    count = math.ceil(high / step - 1e-9)
+    top = count * step
+    return [i * step for i in range(count + 1)], lambda v: v / top, "linear"
+
+
+def _nice(value: float) -> float:
+    """Return 1, 2 or 5 times a power of ten, the least at or above ``value``."""
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= value * (1 - 1e-9))

@@ -229,10 +229,11 @@ def estimate(
         info = queries.get_model(session, model)
         peaks = best_peaks(peaks_for_kind(session, kind), info.dtype)
         predicted = None
-        if predict:  # scikit-learn behind it
-            from operator_db.predict.mix import predicted_costs
+        unmeasured = kind not in queries.kinds_measuring_model(session, info.id)
+        if predict or unmeasured:  # scikit-learn behind it
+            from operator_db.predict.mix import predicted_for
 
-            predicted = predicted_costs(session, model, kind)
+            predicted = predicted_for(session, model, kind, required=predict)
         est = estimate_model(
             session,
             model,

@@ -18,6 +18,7 @@ from operator_db.cli import db as db_cli
 from operator_db.cli import models as models_cli
 from operator_db.cli import ncu as ncu_cli
 from operator_db.cli import predict as predict_cli
+from operator_db.cli.across import compare
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
 from operator_db.cli.doctor import doctor
@@ -58,6 +59,7 @@ app.command()(worker)
 app.command()(measure)
 app.command("jobs")(jobs_status)
 app.command()(estimate)
+app.command()(compare)
 app.command()(roofline)
 app.command()(peaks)
 app.command()(chips)

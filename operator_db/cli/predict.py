@@ -11,12 +11,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from operator_db.cli import across as across_cli
 from operator_db.cli.common import DatabaseOption, console, open_store
 
 app = typer.Typer(
     help="Predictors of per-call cost trained on the database: train, list, evaluate.",
     no_args_is_help=True,
 )
+app.add_typer(across_cli.app, name="across")
 
 KindOption = Annotated[
     str | None,

@@ -20,7 +20,6 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    LargeBinary,
     MetaData,
     String,
     Text,
@@ -64,7 +63,7 @@ PEAK_SOURCES = ("spec", "measured", "attained")
 """Where a peak comes from: a spec sheet, a microbenchmark here, or attained by a kind's stored
 results (a GPU's L2 roof, ``roofline/attained.py``; revision 0011)."""
 TIMINGS = ("eager", "graph")
-PREDICTOR_TARGETS = ("time", "energy")
+PREDICTOR_TARGETS: tuple[str, ...] = ("time", "energy")
 
 
 def utcnow() -> datetime:
@@ -458,42 +457,3 @@ class NcuCounter(Base):
     """When it was imported."""
 
     __table_args__ = (Index("ix_ncu_counters_lookup", "device_kind_id", "config_id", "created_at"),)
-
-
-class Predictor(Base):
-    """One fitted cost model of an operator type on a device kind (``opdb predict train``).
-
-    A training run stores one row per (operator type, target) under one ``version`` per kind; the
-    newest version is the one estimates use. ``op`` ``*`` is the fallback over every type. The
-    estimator predicts ln(per-call cost / roofline bound) from the configuration's features
-    (``predict/features.py``), with the bound drawn from ``peaks``; it is a pickled
-    scikit-learn object, loaded only with the library version in ``library``.
-    """
-
-    __tablename__ = "predictors"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    device_kind_id: Mapped[int] = mapped_column(ForeignKey("device_kinds.id", ondelete="CASCADE"))
-    version: Mapped[int] = mapped_column(Integer)
-    op: Mapped[str] = mapped_column(String(300))
-    target: Mapped[str] = mapped_column(_enum(PREDICTOR_TARGETS, "predictor_target"))
-    samples: Mapped[int] = mapped_column(Integer)
-    """Configurations it was fitted on."""
-    features: Mapped[list[Any]] = mapped_column(default=list)
-    """The feature names, in the estimator's column order."""
-    estimator: Mapped[bytes] = mapped_column(LargeBinary)
-    interval_ln: Mapped[float] = mapped_column(Float)
-    """Half-width of the conformal interval at ``level``, in ln units of the cost."""
-    level: Mapped[float] = mapped_column(Float)
-    """Nominal coverage of the interval (e.g. 0.9)."""
-    cv_median_error: Mapped[float | None] = mapped_column(Float)
-    """Median |predicted − measured| / measured over its cross-validation folds."""
-    data_hash: Mapped[str] = mapped_column(String(64))
-    """SHA-256 of the training data (configuration keys, figures, peaks): its identity."""
-    peaks: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    """The roofs the bounds were drawn with, by dtype: ``{"float32": [FLOP/s, B/s]}``."""
-    library: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    """Versions of what fitted it (``scikit-learn``, ``operator-db``)."""
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-
-    __table_args__ = (UniqueConstraint("device_kind_id", "version", "op", "target"),)

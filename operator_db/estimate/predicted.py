@@ -44,6 +44,8 @@ class Predicted:
         """Return how a warning names the predictor ("the KIND predictor vN")."""
         version = self.source.get("version")
         suffix = "" if version is None else f" v{version}"
+        if self.source.get("method") == "across devices":
+            return f"the cross-device model{suffix}"
         return f"the {self.source.get('device_kind') or ''} predictor{suffix}"
 
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.models import as_utc
+from operator_db.errors import NotFoundError
 from operator_db.estimate.predicted import Predicted, PredictedCost
 from operator_db.predict.model import Prediction, Predictor
 from operator_db.predict.store import require_predictor
@@ -70,3 +71,39 @@ def describe(predictor: Predictor) -> dict[str, Any]:
         "data_hash": predictor.data_hash,
         "level": None if fallback is None else fallback.level,
     }
+
+
+def predicted_for(
+    session: Session, model_name: str, device_kind: str, *, required: bool = True
+) -> Predicted | None:
+    """Return the predicted costs of a model on a kind from the best predictor it has.
+
+    The kind's own predictor (``opdb predict train``) where one was trained; else, for a GPU
+    with a spec sheet, the cross-device model (``opdb predict across train``). ``required``
+    False: None where neither exists, and only the cross-device model is tried (the call of an
+    estimate on a kind that measured nothing of the model).
+
+    Raises:
+        NotFoundError: unknown model or kind; ``required`` and no predictor for the kind.
+        InvalidInputError: a stored predictor needs another scikit-learn (retrain it).
+    """
+    from operator_db.predict.across.store import load as load_across
+    from operator_db.predict.across.store import predicted_costs as across_costs
+    from operator_db.predict.devices import gpu_facts
+    from operator_db.predict.store import load_predictor
+
+    kind = queries.get_device_kind(session, device_kind)
+    if required:
+        own = load_predictor(session, kind)
+        if own is not None:
+            return predicted_costs(session, model_name, kind.name, own)
+    found = load_across(session) if gpu_facts(kind.name) is not None else None
+    if found is not None:
+        return across_costs(session, model_name, kind.name, found)
+    if required:
+        raise NotFoundError(
+            f"no predictor for {kind.name}: train one with `opdb predict train --device-kind "
+            f"'{kind.name}'` (from what is measured there) or, for a GPU, `opdb predict across "
+            "train` (from other GPUs' results)"
+        )
+    return None

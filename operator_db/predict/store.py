@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 import operator_db
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind, Model
-from operator_db.db.models import Predictor as PredictorRow
+from operator_db.db.predictor_tables import Predictor as PredictorRow
 from operator_db.db.queries import ModelConfig
 from operator_db.errors import InvalidInputError, NotFoundError
 from operator_db.predict.features import dtype_of

@@ -38,6 +38,7 @@ EXPECTED_TABLES = {
     "ncu_counters",
     "operator_configs",
     "predictors",
+    "cross_predictors",
 }
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
-from operator_db.db.models import Predictor as PredictorRow
+from operator_db.db.predictor_tables import Predictor as PredictorRow
 from operator_db.db.store import Store
 from operator_db.errors import InvalidInputError, NotFoundError
 from operator_db.estimate.compose import Estimate, estimate_model

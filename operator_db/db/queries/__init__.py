@@ -62,7 +62,9 @@ from operator_db.db.queries.points import (
     kind_config_work,
 )
 from operator_db.db.queries.predictors import (
+    add_cross_predictor,
     add_predictors,
+    latest_cross_predictor,
     latest_predictors,
     list_predictors,
     next_predictor_version,
@@ -90,6 +92,7 @@ from operator_db.db.queries.sources import (
     imported_refs,
     model_kind_figures,
     newest_result_id,
+    result_files,
     result_sources,
     source_counts,
 )
@@ -113,6 +116,7 @@ __all__ = [
     "count_results",
     "model_kind_figures",
     "newest_result_id",
+    "result_files",
     "result_sources",
     "source_counts",
     "NewestResult",
@@ -122,7 +126,9 @@ __all__ = [
     "sole_device_kind",
     "host_cpu_label",
     "configs_by_ids",
+    "add_cross_predictor",
     "add_predictors",
+    "latest_cross_predictor",
     "latest_predictors",
     "list_predictors",
     "next_predictor_version",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, defer
 
-from operator_db.db.models import Predictor
+from operator_db.db.predictor_tables import CrossPredictor, Predictor
 
 
 def next_predictor_version(session: Session, kind_id: int) -> int:
@@ -47,3 +47,20 @@ def list_predictors(session: Session, kind_ids: Sequence[int] | None = None) -> 
         Predictor.device_kind_id, Predictor.version.desc(), Predictor.target, Predictor.op
     )
     return list(session.scalars(query))
+
+
+def add_cross_predictor(session: Session, row: CrossPredictor) -> CrossPredictor:
+    """Store a cross-device training run as the next version; return it with its version."""
+    newest = session.scalar(select(func.max(CrossPredictor.version)))
+    row.version = (newest or 0) + 1
+    session.add(row)
+    session.flush()
+    return row
+
+
+def latest_cross_predictor(session: Session, *, with_model: bool = True) -> CrossPredictor | None:
+    """Return the newest cross-device model (None: never trained); ``with_model`` False: no blob."""
+    query = select(CrossPredictor).order_by(CrossPredictor.version.desc()).limit(1)
+    if not with_model:
+        query = query.options(defer(CrossPredictor.model))
+    return session.scalars(query).first()

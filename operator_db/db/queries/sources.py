@@ -288,3 +288,12 @@ def result_sources(session: Session, ids: Sequence[int]) -> dict[int, int | None
         select(Measurement.id, Measurement.source_id).where(Measurement.id.in_(list(ids)))
     )
     return {int(id_): source for id_, source in rows}
+
+
+def result_files(session: Session, source_id: int) -> list[tuple[int, int, str]]:
+    """Return (configuration id, kind id, file) of every result a data set gave (its provenance)."""
+    file = Measurement.provenance["file"].as_string()
+    query = select(Measurement.config_id, Measurement.device_kind_id, file).where(
+        Measurement.source_id == source_id
+    )
+    return [(int(c), int(k), str(f or "")) for c, k, f in session.execute(query)]

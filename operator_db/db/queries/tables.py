@@ -6,6 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from operator_db.db import models as m
+from operator_db.db.predictor_tables import CrossPredictor, Predictor
 
 TABLES: tuple[type[m.Base], ...] = (
     m.Model,
@@ -18,8 +19,9 @@ TABLES: tuple[type[m.Base], ...] = (
     m.FullModelRun,
     m.DevicePeak,
     m.NcuCounter,
-    m.Predictor,
+    Predictor,
     m.DataSource,
+    CrossPredictor,
 )
 
 

@@ -1,0 +1,281 @@
+"""The cross-device model and the database: what it is fitted on, storing it, predicting a model.
+
+Its training data are every GPU kind's results (median per configuration, eager, warm caches):
+measured and imported alike, each kind with a spec sheet in the chips table. A training run is
+stored as one version (``cross_predictors``); predictions use the newest and say which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+from sqlalchemy.orm import Session
+
+import operator_db
+from operator_db.db import queries
+from operator_db.db.models import DeviceKind, as_utc
+from operator_db.db.predictor_tables import CrossPredictor
+from operator_db.errors import InvalidInputError, NotFoundError
+from operator_db.estimate.predicted import Predicted, PredictedCost
+from operator_db.predict.across.evaluate import Run
+from operator_db.predict.across.features import config_frame
+from operator_db.predict.across.model import CAP, LEVEL
+from operator_db.predict.across.train import Across, fit_across
+from operator_db.predict.devices import GpuFacts, gpu_facts
+from operator_db.roofline.chips import chip_spec, load_peak_table
+from operator_db.roofline.record import store_spec_peaks
+
+FLOAT32 = "float32"
+_LOADED: dict[str, Across] = {}
+"""The newest model unpickled in this process, by data hash and version (a server loads it once)."""
+
+
+def register_gpus(session: Session) -> list[str]:
+    """Store a device kind, with its spec peaks, for every GPU of the chips table it can place.
+
+    So that a model can be estimated and compared on a GPU nobody has measured. A chip already
+    stored under one of its names is left as it is. Returns the names of the kinds added.
+    """
+    stored = [k.name for k in queries.device_kinds(session)]
+    added = []
+    for chip in load_peak_table():
+        if gpu_facts(chip.name) is None or any(chip_spec(n, [chip]) for n in stored):
+            continue
+        store_spec_peaks(session, chip, chip.name)
+        added.append(chip.name)
+    return added
+
+
+def gpu_kinds(session: Session) -> dict[str, tuple[DeviceKind, GpuFacts]]:
+    """Return every stored GPU kind with a spec sheet the predictor can read, by name."""
+    out = {}
+    for kind in queries.device_kinds(session):
+        facts = gpu_facts(kind.name) if kind.type == "gpu" else None
+        if facts is not None:
+            out[kind.name] = (kind, facts)
+    return out
+
+
+def results_frame(
+    session: Session, kinds: Sequence[DeviceKind], config_ids: Sequence[int] | None = None
+) -> pd.DataFrame:
+    """Return one row per (float32 configuration, kind) measured: its columns and ``time_s``."""
+    if not kinds:
+        return pd.DataFrame()
+    names = {k.id: k.name for k in kinds}
+    figures = queries.config_figures(
+        session, config_ids, list(names), timing="eager", aggregate="median", cache_mode="warm"
+    )
+    times = pd.DataFrame(
+        [(cid, names[kid], f.time_median_s) for (cid, kid, _), f in figures.items()],
+        columns=["config_id", "kind", "time_s"],
+    )
+    if times.empty:
+        return times
+    configs = queries.configs_by_ids(session, sorted(set(times["config_id"])))
+    frame = config_frame([c for c in configs if (c.dtype or FLOAT32) == FLOAT32])
+    if frame.empty:
+        return frame
+    times = times[times["time_s"] > 0]
+    return frame.merge(times, on="config_id")
+
+
+def _library() -> dict[str, str]:
+    import sklearn
+
+    return {"scikit-learn": sklearn.__version__, "operator-db": operator_db.__version__}
+
+
+def _hash(frame: pd.DataFrame) -> str:
+    digest = hashlib.sha256()
+    for key, kind, t in sorted(zip(frame["key"], frame["kind"], frame["time_s"], strict=True)):
+        digest.update(f"{key}\x1f{kind}\x1f{t:.9g}\n".encode())
+    return digest.hexdigest()
+
+
+def train(
+    session: Session,
+    *,
+    level: float = LEVEL,
+    cap: int = CAP,
+    exclude: Sequence[str] = (),
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Across, CrossPredictor]:
+    """Fit the cross-device model on every GPU kind's results and store it as a new version.
+
+    ``exclude``: kinds left out of training (to check the model on them).
+
+    Raises:
+        InvalidInputError: fewer than two GPU kinds with results of any family.
+    """
+    register_gpus(session)
+    known = gpu_kinds(session)
+    kinds = [k for name, (k, _) in known.items() if name not in set(exclude)]
+    frame = results_frame(session, kinds)
+    facts = {name: f for name, (_, f) in known.items()}
+    across = (
+        fit_across(frame, facts, level=level, cap=cap, progress=progress) if len(frame) else None
+    )
+    if across is None or not across.families:
+        raise InvalidInputError(
+            "too few GPU results to learn across devices: it needs two GPU kinds with a spec "
+            "sheet and results of one operator family (import a data set: `opdb import`)"
+        )
+    row = CrossPredictor(
+        kinds=sorted(across.facts),
+        families={
+            f: {
+                "rows": m.rows,
+                "zero_interval": list(m.zero_interval),
+                "few_interval": list(m.few_interval),
+                "calibration": len(across.calibration.get(f, [])),
+            }
+            for f, m in across.families.items()
+        },
+        rows=across.rows,
+        seconds=across.seconds,
+        level=level,
+        data_hash=_hash(frame),
+        model=pickle.dumps(across),
+        library=_library(),
+    )
+    return across, queries.add_cross_predictor(session, row)
+
+
+def load(session: Session) -> tuple[Across, CrossPredictor] | None:
+    """Return the newest stored cross-device model and its row, or None where none was trained.
+
+    Raises:
+        InvalidInputError: it was fitted with another scikit-learn (retrain it).
+    """
+    row = queries.latest_cross_predictor(session, with_model=False)
+    if row is None:
+        return None
+    cached = _LOADED.get(row.data_hash + str(row.version))
+    if cached is not None:
+        return cached, row
+    ours, theirs = _library()["scikit-learn"], row.library.get("scikit-learn")
+    if ours != theirs:
+        raise InvalidInputError(
+            f"the cross-device model v{row.version} was fitted with scikit-learn {theirs}, this "
+            f"is {ours}: retrain it with `opdb predict across train`"
+        )
+    across = pickle.loads(row.model)  # noqa: S301 - written by `opdb predict across train`
+    _LOADED.clear()  # one model kept: the newest
+    _LOADED[row.data_hash + str(row.version)] = across
+    return across, row
+
+
+def require(session: Session) -> tuple[Across, CrossPredictor]:
+    """Return :func:`load`'s model.
+
+    Raises:
+        NotFoundError: none was trained.
+    """
+    found = load(session)
+    if found is None:
+        raise NotFoundError(
+            "no cross-device model: train one with `opdb predict across train` "
+            "(after `opdb import` of a data set of other GPUs)"
+        )
+    return found
+
+
+def describe(row: CrossPredictor, across: Across, kind: str, modes: set[str]) -> dict[str, Any]:
+    """Return what identifies a cross-device prediction: version, kinds, mode, level."""
+    return {
+        "version": row.version,
+        "device_kind": kind,
+        "method": "across devices",
+        "mode": ", ".join(sorted(modes)) or None,
+        "from_kinds": sorted(across.facts),
+        "trained_at": as_utc(row.created_at).isoformat(),
+        "samples": row.rows,
+        "data_hash": row.data_hash,
+        "level": row.level,
+    }
+
+
+def predicted_costs(
+    session: Session,
+    model_name: str,
+    device_kind: str,
+    found: tuple[Across, CrossPredictor] | None = None,
+) -> Predicted:
+    """Return the cross-device per-call time of each configuration of ``model_name`` on a GPU.
+
+    The GPU's own results of the families (if any) calibrate it (few-shot). ``found``: a model
+    already loaded (many kinds, one load).
+
+    Raises:
+        NotFoundError: unknown model, or no cross-device model was trained.
+        InvalidInputError: the kind has no spec sheet the predictor can read.
+    """
+    model = queries.get_model(session, model_name)
+    target = gpu_facts(device_kind)
+    if target is None:
+        raise InvalidInputError(
+            f"{device_kind} has no GPU spec sheet in the chips table (SMs, clocks, L2, compute "
+            "capability, power, memory type): the cross-device model cannot place it"
+        )
+    across, row = found or require(session)
+    configs = [mc.config for mc in queries.model_configs(session, model.id)]
+    query = config_frame(configs)
+    if query.empty:
+        return Predicted(time={}, source=describe(row, across, device_kind, set()))
+    kind = queries.find_device_kind(session, device_kind)
+    measured = pd.DataFrame()
+    if kind is not None and device_kind not in across.facts:
+        families = sorted(set(query["family"]))
+        keys = {k for f in families for k in across.calibration.get(f, [])}
+        ids = sorted(queries.config_ids_by_key(session, sorted(keys)).values()) if keys else []
+        measured = results_frame(session, [kind], ids) if ids else measured
+    out = across.predict(query, target, measured).join(query[["key"]])
+    out = out.dropna(subset=["ln"])
+    costs = {
+        str(r.key): PredictedCost(float(r.time_s), float(r.low), float(r.high))
+        for r in out.itertuples()
+    }
+    return Predicted(time=costs, source=describe(row, across, device_kind, set(out["mode"])))
+
+
+def evaluation_frame(session: Session) -> tuple[pd.DataFrame, dict[str, GpuFacts]]:
+    """Return every GPU kind's results, marked ``test`` from a data set's ``test/`` files."""
+    known = gpu_kinds(session)
+    frame = results_frame(session, [k for k, _ in known.values()])
+    facts = {name: f for name, (_, f) in known.items()}
+    if frame.empty:
+        return frame, facts
+    names = {k.id: name for name, (k, _) in known.items()}
+    test: set[tuple[int, str]] = set()
+    for source in queries.data_sources(session):
+        for config_id, kind_id, file in queries.result_files(session, source.id):
+            if "/test/" in f"/{file}" and kind_id in names:
+                test.add((config_id, names[kind_id]))
+    frame["test"] = [(c, k) in test for c, k in zip(frame["config_id"], frame["kind"], strict=True)]
+    return frame, facts
+
+
+def measured_runs(session: Session, facts: dict[str, GpuFacts]) -> list[Run]:
+    """Return every measured whole-model run on a GPU kind, with its configurations and counts."""
+    kinds = {k.id: k.name for k in queries.device_kinds(session) if k.name in facts}
+    figures = queries.model_figures(session, None, list(kinds), aggregate="median")
+    models = {m.id: m for m in queries.list_models(session)}
+    links = queries.models_configs(session, sorted({mid for mid, _, _ in figures}))
+    runs = []
+    for (model_id, kind_id, _), figure in sorted(figures.items()):
+        model = models.get(model_id)
+        if model is None or (model.dtype or FLOAT32) != FLOAT32:
+            continue
+        mcs = links.get(model_id, [])
+        frame = config_frame([mc.config for mc in mcs])
+        if frame.empty:
+            continue
+        counts = {mc.config.key: mc.count for mc in mcs}
+        frame["count"] = frame["key"].map(counts).astype(float)
+        runs.append(Run(kinds[kind_id], model.name, model.mode, figure.time_median_s, frame))
+    return runs

@@ -1,0 +1,308 @@
+"""Fitting the cross-device model on every GPU's results, and predicting a GPU with it.
+
+:func:`fit_across` fits each family (``model.fit_family``) on the GPUs with enough of its results,
+then holds out each of them in turn (leave-one-GPU-out) to calibrate the intervals: the held-out
+GPU's scored rows are predicted zero-shot, and few-shot from its results at the calibration
+configurations (``fewshot.design``). Scored rows are its results of configurations measured on at
+least ``POOL_KINDS`` GPUs (a data set's shared test shapes), all its results where too few.
+:meth:`Across.predict` predicts any GPU with a spec sheet: its own model where it trained, else
+few-shot from what it has measured of the family, else zero-shot.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from operator_db.predict.across.fewshot import calibrated, design
+from operator_db.predict.across.model import (
+    CAP,
+    LEVEL,
+    MIN_KIND_ROWS,
+    FamilyModel,
+    _sample,
+    conformal,
+    fit_family,
+    large,
+    target_ln,
+)
+from operator_db.predict.across.transfer import Transfer, fit_transfer
+from operator_db.predict.devices import GpuFacts
+
+Mode = Literal["own", "few-shot", "zero-shot"]
+POOL_KINDS = 3
+"""GPUs a configuration is measured on to be a candidate for calibration and a scored row."""
+MIN_SCORED = 20
+WORKERS = max(1, os.cpu_count() or 1)
+"""Fits at once."""
+
+
+@dataclass
+class Fold:
+    """One training GPU held out: its rows predicted by the model of the others."""
+
+    kind: str
+    family: str
+    model: FamilyModel
+    source: str
+    """The training GPU its zero-shot prediction took."""
+    scored: pd.DataFrame
+    """Its scored rows with ``zero`` (and ``few`` where calibrated) ln predictions."""
+
+
+@dataclass
+class Across:
+    """The fitted cross-device model: per family, and the spec sheets it was fitted with."""
+
+    families: dict[str, FamilyModel]
+    facts: dict[str, GpuFacts]
+    """Spec sheet of each training GPU."""
+    calibration: dict[str, list[str]]
+    """Configuration keys to calibrate a new GPU on, per family."""
+    level: float = LEVEL
+    folds: list[Fold] = field(default_factory=list)
+    seconds: float = 0.0
+    rows: int = 0
+    transfer: Transfer | None = None
+    """Configurations of families without a model, moved from the GPUs that measured them."""
+
+    def predict(
+        self,
+        query: pd.DataFrame,
+        target: GpuFacts,
+        measured: pd.DataFrame | None = None,
+    ) -> pd.DataFrame:
+        """Predict ``query`` (config rows) on ``target``; ``measured``: its results (``time_s``).
+
+        Returns one row per query row (same index): ``ln`` (ln s), ``low``, ``high`` (s, the
+        interval), ``time_s``, ``mode`` and ``source`` (the GPU whose offset and profile it took),
+        NaN where the family has no model.
+        """
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):  # a few rows: threads only fight (10x slower on 2 cores)
+            return self._predict(query, target, measured)
+
+    def _predict(
+        self, query: pd.DataFrame, target: GpuFacts, measured: pd.DataFrame | None
+    ) -> pd.DataFrame:
+        facts = {**self.facts, target.name: target}
+        out = pd.DataFrame(index=query.index, columns=["ln", "low", "high", "mode", "source"])
+        for family, rows in query.groupby("family"):
+            model = self.families.get(str(family))
+            if model is None:
+                self._transfer(rows, target, facts, out)
+                continue
+            rows = rows.assign(kind=target.name)
+            own = target.name in model.offsets
+            source = target.name if own else model.source_for(target, facts)
+            cal = _mine(measured, str(family), target.name)
+            if own:
+                ln, interval, mode = (
+                    model.zero_shot_ln(rows, facts, source),
+                    model.few_interval,
+                    "own",
+                )
+            elif len(cal):
+                ln = calibrated(model, rows, cal, facts, source)
+                interval, mode = model.few_interval, "few-shot"
+            else:
+                ln = model.zero_shot_ln(rows, facts, source)
+                interval, mode = model.zero_interval, "zero-shot"
+            out.loc[rows.index, "ln"] = ln
+            out.loc[rows.index, "low"] = np.exp(ln + interval[0])
+            out.loc[rows.index, "high"] = np.exp(ln + interval[1])
+            out.loc[rows.index, "mode"] = mode
+            out.loc[rows.index, "source"] = source
+        out["time_s"] = np.exp(out["ln"].astype(float))
+        return out
+
+    def _transfer(
+        self,
+        rows: pd.DataFrame,
+        target: GpuFacts,
+        facts: Mapping[str, GpuFacts],
+        out: pd.DataFrame,
+    ) -> None:
+        if self.transfer is None:
+            return
+        lo, hi = self.transfer.interval
+        for index, key in zip(rows.index, rows["key"], strict=True):
+            found = self.transfer.moved(str(key), target, facts)
+            if found is not None:
+                ln, source = found
+                out.loc[index, ["ln", "low", "high", "mode", "source"]] = [
+                    ln,
+                    np.exp(ln + lo),
+                    np.exp(ln + hi),
+                    "moved",
+                    source,
+                ]
+
+
+def _mine(measured: pd.DataFrame | None, family: str, kind: str) -> pd.DataFrame:
+    if measured is None or measured.empty:
+        return pd.DataFrame()
+    return measured[(measured["family"] == family)].assign(kind=kind)
+
+
+def pool_keys(frame: pd.DataFrame, kinds: int = POOL_KINDS) -> set[str]:
+    """Return the configurations measured on at least ``kinds`` GPUs of ``frame``."""
+    counts = frame.groupby("key")["kind"].nunique()
+    return set(counts[counts >= kinds].index)
+
+
+def calibration_keys(frame: pd.DataFrame, family: str, facts: Mapping[str, GpuFacts]) -> list[str]:
+    """Return the configurations a new GPU calibrates ``family`` on (``fewshot.design``).
+
+    Candidates are configurations measured on several GPUs (``POOL_KINDS``) and large on every
+    one of them (``model.LARGE_ROOF_S``): a launch-bound configuration says nothing of a GPU's
+    efficiency, and the farthest-point design would pick the smallest there is.
+    """
+    pool = frame[(frame["family"] == family) & frame["key"].isin(pool_keys(frame))]
+    big = pool.assign(big=large(pool, facts)).groupby("key")["big"].all()
+    pool = pool[pool["key"].isin(set(big[big].index))]
+    pool = pool.drop_duplicates("key").sort_values("key").reset_index(drop=True)
+    return [str(pool["key"].iloc[i]) for i in design(pool, family)]
+
+
+def scored_rows(rows: pd.DataFrame, pool: set[str]) -> pd.DataFrame:
+    """Return a GPU's rows an evaluation scores.
+
+    Its test rows where marked, else its shared configurations (all its rows if too few).
+    """
+    if "test" in rows and rows["test"].sum() >= MIN_SCORED:
+        return rows[rows["test"].astype(bool)]
+    shared = rows[rows["key"].isin(pool)]
+    return shared if len(shared) >= MIN_SCORED else rows
+
+
+def fit_across(
+    frame: pd.DataFrame,
+    facts: Mapping[str, GpuFacts],
+    *,
+    level: float = LEVEL,
+    cap: int = CAP,
+    keep_folds: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Across:
+    """Fit every family with at least two training GPUs, and its intervals by holding each out.
+
+    ``frame``: one row per (configuration, GPU) with ``kind`` and ``time_s`` and the
+    configuration's columns (``features.config_row``); ``facts``: each GPU's spec sheet (rows of
+    GPUs without one are left out). ``cap``: rows per GPU and family fitted on at most.
+    """
+    start = time.perf_counter()
+    frame = frame[frame["kind"].isin(list(facts))]
+    pool = pool_keys(frame)
+    data: dict[str, pd.DataFrame] = {}
+    kinds: dict[str, list[str]] = {}
+    for family, part in frame.groupby("family"):
+        counts = part.groupby("kind").size()
+        fitted = sorted(str(k) for k in counts[counts >= MIN_KIND_ROWS].index)
+        if len(fitted) >= 2:
+            kinds[str(family)] = fitted
+            data[str(family)] = _sample(part[part["kind"].isin(fitted)], cap)
+    calibration = {f: calibration_keys(d, f, facts) for f, d in data.items()}
+    from threadpoolctl import threadpool_limits
+
+    # Fits release the GIL: one thread each (a shared machine: one OpenMP thread per fit is
+    # several times faster than many), as many fits at once as there are CPUs.
+    with threadpool_limits(1), ThreadPoolExecutor(max_workers=WORKERS) as pool_exec:
+        finals = dict(
+            zip(data, pool_exec.map(lambda f: fit_family(f, data[f], facts), data), strict=True)
+        )
+        tasks = [(f, k) for f in data for k in kinds[f]]
+        done = list(
+            pool_exec.map(
+                lambda t: _fold(
+                    t[0], data[t[0]], t[1], finals[t[0]], facts, calibration[t[0]], pool
+                ),
+                tasks,
+            )
+        )
+    folds: list[Fold] = []
+    for family, final in finals.items():
+        mine = [fold for fold in done if fold.family == family]
+        zero = [
+            conformal(target_ln(f.scored) - f.scored["zero"].to_numpy(np.float64), level)
+            for f in mine
+        ]
+        few = [_few(f.scored) for f in mine if "few" in f.scored]
+        final.zero_interval = (min(q[0] for q in zero), max(q[1] for q in zero))
+        final.few_interval = conformal(np.concatenate(few) if few else [], level)
+        if keep_folds:
+            folds.extend(mine)
+        if progress:
+            progress(f"{family}: {len(data[family])} rows on {len(kinds[family])} GPUs")
+    used = {k for m in finals.values() for k in m.offsets}
+    rest = frame[~frame["family"].isin(list(finals))]
+    transfer = fit_transfer(rest, facts, level) if len(rest) else None
+    used |= set(rest["kind"])
+    return Across(
+        finals,
+        {k: facts[k] for k in sorted(used)},
+        calibration,
+        level,
+        folds,
+        time.perf_counter() - start,
+        sum(len(d) for d in data.values()) + len(rest),
+        transfer,
+    )
+
+
+def _few(scored: pd.DataFrame) -> np.ndarray:
+    f = scored.dropna(subset=["few"])
+    return np.asarray(target_ln(f) - f["few"].to_numpy(np.float64))
+
+
+def _fold(
+    family: str,
+    data: pd.DataFrame,
+    kind: str,
+    final: FamilyModel,
+    facts: Mapping[str, GpuFacts],
+    keys: list[str],
+    pool: set[str],
+) -> Fold:
+    """Hold out ``kind``: fit the others, predict its scored rows zero-shot and few-shot."""
+    others = data[data["kind"] != kind]
+    profiles = {k: p for k, p in final.profiles.items() if k != kind}
+    model = fit_family(family, others, facts, profiles)
+    model.profiles = profiles
+    mine = data[data["kind"] == kind]
+    scored = scored_rows(mine, pool).copy()
+    source = model.source_for(facts[kind], facts)
+    scored["zero"] = model.zero_shot_ln(scored, facts, source)
+    cal = mine[mine["key"].isin(keys)]
+    query = scored[~scored["key"].isin(keys)]
+    if len(cal) and len(query):
+        scored.loc[query.index, "few"] = calibrated(model, query, cal, facts, source)
+    return Fold(kind, family, model, source, scored)
+
+
+def errors(ln_pred: np.ndarray, ln_true: np.ndarray) -> np.ndarray:
+    """Return absolute percentage errors of ln predictions, %."""
+    return np.asarray(np.abs(np.exp(ln_pred - ln_true) - 1) * 100)
+
+
+def summary(ln_pred: np.ndarray, ln_true: np.ndarray, low: float, high: float) -> dict[str, float]:
+    """Return n, median and mean absolute % error and interval coverage (%) of predictions."""
+    if len(ln_true) == 0:
+        return {"n": 0, "median": math.nan, "mean": math.nan, "coverage": math.nan}
+    e = errors(ln_pred, ln_true)
+    r = ln_true - ln_pred
+    return {
+        "n": float(len(e)),
+        "median": float(np.median(e)),
+        "mean": float(np.mean(e)),
+        "coverage": float(np.mean((r >= low) & (r <= high)) * 100),
+    }
