@@ -208,7 +208,8 @@ class EstimateOut(BaseModel):
     total_time_high_s: float | None = Field(description="total_time_s at time_high_s, in s.")
     predictor: dict[str, Any] | None = Field(
         description="The predictor used: version, device kind, trained_at, samples, data_hash, "
-        "level; null without predictions."
+        "level; the cross-device model adds method ('across devices'), mode (zero-shot, "
+        "few-shot, own, moved) and from_kinds; null without predictions."
     )
     warnings: list[str] = Field(
         description="What makes the figure rest on something else than measured operators: a "

@@ -89,14 +89,14 @@ def main() -> None:
         f"estimate on a predicted GPU ({len(times)} model × kind): median "
         f"{statistics.median(times):.3f} s, p95 {_p95(times):.3f} s (target < 1 s)"
     )
-    client = TestClient(create_app(Settings(database_url=args.db)))
     first, again = [], []
-    for model in models[: max(1, args.repeat // 4)]:
-        for bucket in (first, again, again, again):
-            start = time.perf_counter()
-            response = client.get(f"/ui/models/{model}/compare")
-            bucket.append((time.perf_counter() - start) * 1e3)
-            assert response.status_code == 200, response.text[:200]
+    with TestClient(create_app(Settings(database_url=args.db))) as client:
+        for model in models[: max(1, args.repeat // 4)]:
+            for bucket in (first, again, again, again):
+                start = time.perf_counter()
+                response = client.get(f"/ui/models/{model}/compare")
+                bucket.append((time.perf_counter() - start) * 1e3)
+                assert response.status_code == 200, response.text[:200]
     print(
         f"comparison page: first request median {statistics.median(first):.0f} ms, p95 "
         f"{_p95(first):.0f} ms; repeated median {statistics.median(again):.0f} ms, p95 "

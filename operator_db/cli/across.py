@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, err_console, open_store
@@ -117,7 +118,7 @@ def evaluate(
         for r in runs
         if r.kind in facts
     ]
-    whole = ev.whole_model_table(everything, runs, facts)
+    whole = ev.whole_model_table(everything, runs, facts, frame)
     _print(whole)
     for kind in sorted({r[0] for r in whole.rows}):
         for mode in ("inference", "training"):
@@ -126,10 +127,12 @@ def evaluate(
                 return r[0] == k and r[2] == m
 
             ours = ev.mean_abs(whole, 4, mine)
-            theirs = ev.mean_abs(whole, 7, mine)
+            few = ev.mean_abs(whole, 7, mine)
+            theirs = ev.mean_abs(whole, 8, mine)
             if ours is not None:
                 console.print(
-                    f"{kind} {mode}: mean |error| ours {ours:.1f} %"
+                    f"{kind} {mode}: mean |error| ours {ours:.1f} % zero-shot"
+                    + (f", {few:.1f} % few-shot" if few is not None else "")
                     + (f", NeuSight {theirs:.1f} %" if theirs is not None else "")
                 )
     console.print(
@@ -234,14 +237,14 @@ def compare(
             else "—"
         )
         table.add_row(
-            r.device_kind,
+            escape(r.device_kind),
             r.how,
             "—" if r.time_s is None else f"{r.time_s * 1e3:.3g}",
             interval,
             "—" if r.energy_j is None else f"{r.energy_j:.3g}",
             r.bound_by or "—",
             f"{r.coverage:.0%}",
-            r.source,
+            escape(r.source),
             end_section=False,
         )
     console.print(table, soft_wrap=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -72,11 +73,16 @@ def _print_estimate(est: Estimate, top: int) -> None:
     head.add_row("operators (Σ count × per-call)", f"{_ms(est.time_s)} ms, {energy}")
     if est.predicted:
         who = est.predictor or {}
+        by = (
+            f"cross-device model v{who.get('version')}, {who.get('mode')}, from "
+            + ", ".join(who.get("from_kinds") or [])
+            if who.get("method") == "across devices"
+            else f"predictor v{who.get('version')}, {who.get('samples')} configurations"
+        )
         head.add_row(
             "of which predicted",
             f"{_ms(est.predicted_time_s)} ms: {est.predicted} configurations, "
-            f"{est.coverage_predicted:.1%} of calls (predictor v{who.get('version')}, "
-            f"{who.get('samples')} configurations)",
+            f"{est.coverage_predicted:.1%} of calls ({escape(by)})",
         )
         level = who.get("level")
         head.add_row(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -254,7 +255,11 @@ def test_train_store_estimate_compare_calibrate(
         capsys, "estimate", "law-net", "--device-kind", TARGET, "--predict", "--db", db_url
     )
     assert out.code == 0, out.err
-    assert "predicted" in out.out
+    assert "cross-device model v1, zero-shot, from" in " ".join(out.out.split())
+    out = run_cli(capsys, "estimate", "law-net", "--device-kind", TARGET, "--json", "--db", db_url)
+    assert out.code == 0, out.err  # nothing measured there: predicted without being asked
+    est = json.loads(out.out)
+    assert est["predictor"]["method"] == "across devices" and est["coverage_predicted"] > 0.9
     out = run_cli(capsys, "compare", "law-net", "--db", db_url)
     assert out.code == 0, out.err
     assert TARGET in out.out and "Tesla T4" in out.out and "measured" in out.out

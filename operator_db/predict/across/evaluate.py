@@ -227,8 +227,17 @@ def other_gpu_table(across: Across, rows: pd.DataFrame, target: GpuFacts) -> Tab
     return table
 
 
-def whole_model_table(across: Across, runs: Sequence[Run], facts: Mapping[str, GpuFacts]) -> Table:
-    """Compose each run from predictions of the model that withheld its GPU."""
+def whole_model_table(
+    across: Across,
+    runs: Sequence[Run],
+    facts: Mapping[str, GpuFacts],
+    frame: pd.DataFrame | None = None,
+) -> Table:
+    """Compose each run from predictions of the model that withheld its GPU.
+
+    With ``frame`` (every GPU's results), also few-shot: calibrated by the GPU's results at the
+    calibration configurations.
+    """
     table = Table(
         "Whole models, each GPU's results withheld: signed error % of Σ count × predicted "
         "(coverage of calls), beside the published predictors",
@@ -240,6 +249,7 @@ def whole_model_table(across: Across, runs: Sequence[Run], facts: Mapping[str, G
             "ours",
             "coverage",
             "interval holds",
+            "ours few-shot",
             "NeuSight",
             "Habitat",
             "roofline",
@@ -259,6 +269,15 @@ def whole_model_table(across: Across, runs: Sequence[Run], facts: Mapping[str, G
         cov = float(count[ok].sum() / count.sum())
         err = (total - run.measured_s) / run.measured_s
         holds = "yes" if low <= run.measured_s <= high else "no"
+        few = "—"
+        if frame is not None:
+            keys = {k for ks in model.calibration.values() for k in ks}
+            mine = frame[(frame["kind"] == run.kind) & frame["key"].isin(keys)]
+            if len(mine):
+                fp = model.predict(run.configs, target, mine)
+                fok = fp["ln"].notna().to_numpy()
+                ftotal = float((fp["time_s"].to_numpy(np.float64)[fok] * count[fok]).sum())
+                few = f"{(ftotal - run.measured_s) / run.measured_s:+.1%}"
         table.rows.append(
             [
                 run.kind,
@@ -268,6 +287,7 @@ def whole_model_table(across: Across, runs: Sequence[Run], facts: Mapping[str, G
                 f"{err:+.1%}",
                 f"{cov:.0%}",
                 holds,
+                few,
                 *(
                     f"{run.published[p]:+.1%}" if p in run.published else "—"
                     for p in ("neusight", "habitat", "roofline")
