@@ -151,10 +151,11 @@ def config_frame(configs: Sequence[Any]) -> pd.DataFrame:
 
 def facts_columns(kinds: pd.Series, facts: Mapping[str, GpuFacts]) -> dict[str, np.ndarray]:
     """Return the spec-sheet facts of each row's GPU (``kinds``: names) as arrays."""
-    names = ("sms", "flops_per_s", "bytes_per_s", "l2_bytes", "max_threads_per_sm")
+    codes, names = pd.factorize(kinds)
+    found = [facts[str(k)] for k in names]
     return {
-        n: kinds.map({k: float(getattr(f, n)) for k, f in facts.items()}).to_numpy(np.float64)
-        for n in names
+        n: np.asarray([float(getattr(f, n)) for f in found], dtype=np.float64)[codes]
+        for n in ("sms", "flops_per_s", "bytes_per_s", "l2_bytes", "max_threads_per_sm")
     }
 
 
@@ -175,9 +176,8 @@ def roofline_s(frame: pd.DataFrame, facts: Mapping[str, GpuFacts]) -> np.ndarray
     return np.asarray(np.maximum(roof, MIN_BASE_S), dtype=np.float64)
 
 
-def shape_features(frame: pd.DataFrame, family: str) -> pd.DataFrame:
-    """Return the device-independent features of a family's rows."""
-    x = frame[list(SHAPE_COLUMNS)].copy()
+def _shape_columns(frame: pd.DataFrame, family: str) -> dict[str, np.ndarray]:
+    x = {c: frame[c].to_numpy(np.float64) for c in SHAPE_COLUMNS}
     if family in GEMM_FAMILIES:
         b, m, n, k = (frame[c].to_numpy(np.float64) for c in "BMNK")
         x["lB"], x["lM"], x["lN"], x["lK"] = (np.log2(np.maximum(v, 1)) for v in (b, m, n, k))
@@ -187,18 +187,23 @@ def shape_features(frame: pd.DataFrame, family: str) -> pd.DataFrame:
         x["n_mod4"] = (n % 4 == 0).astype(float)
     elif family == "conv":
         for name in CONV_ARGS:
-            x[name] = frame[name].to_numpy()
+            x[name] = frame[name].to_numpy(np.float64)
     else:
         x["lrows"] = np.log2(np.maximum(frame["rows"].to_numpy(np.float64), 1))
-        x["h_mod4"] = frame["h_mod4"].to_numpy()
+        x["h_mod4"] = frame["h_mod4"].to_numpy(np.float64)
     return x
+
+
+def shape_features(frame: pd.DataFrame, family: str) -> pd.DataFrame:
+    """Return the device-independent features of a family's rows."""
+    return pd.DataFrame(_shape_columns(frame, family), index=frame.index)
 
 
 def device_features(
     frame: pd.DataFrame, family: str, facts: Mapping[str, GpuFacts]
 ) -> pd.DataFrame:
     """Return the shape features and the features relating them to each row's GPU."""
-    x = shape_features(frame, family)
+    x = _shape_columns(frame, family)
     d = facts_columns(frame["kind"], facts)
     flops = np.maximum(frame["flops"].to_numpy(np.float64), 1.0)
     nbytes = np.maximum(frame["bytes"].to_numpy(np.float64), 1.0)
@@ -220,7 +225,7 @@ def device_features(
         elements = np.maximum(frame["elements"].to_numpy(np.float64), 1.0)
         x["lrows_sm"] = np.log2(rows / sms)
         x["lthr_waves"] = np.log2(elements / 4 / (sms * d["max_threads_per_sm"]))
-    return x
+    return pd.DataFrame(x, index=frame.index)
 
 
 def shape_space(frame: pd.DataFrame, family: str) -> np.ndarray:
