@@ -79,10 +79,25 @@ def _groups(models: list[Model], links: dict[int, list[ModelConfig]]) -> dict[in
     return out
 
 
-def _library() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
+    """Return the versions a stored model is fitted with (``scikit-learn``, ``operator-db``)."""
     import sklearn
 
     return {"scikit-learn": sklearn.__version__, "operator-db": operator_db.__version__}
+
+
+def check_library(stored: dict[str, str], what: str, retrain: str) -> None:
+    """Refuse a stored model fitted with another scikit-learn than this one.
+
+    Raises:
+        InvalidInputError: ``what`` was fitted with another scikit-learn; ``retrain`` says how.
+    """
+    ours, theirs = library_versions()["scikit-learn"], stored.get("scikit-learn")
+    if theirs != ours:
+        raise InvalidInputError(
+            f"{what} was fitted with scikit-learn {theirs}, this is {ours}: retrain it with "
+            f"`{retrain}`"
+        )
 
 
 def train(
@@ -107,7 +122,7 @@ def train(
         )
     predictor = fit_predictor(data.samples, data.peaks, level=level, min_per_op=min_per_op)
     version = queries.next_predictor_version(session, kind.id)
-    library = _library()
+    library = library_versions()
     peaks = {d: [p.flops_per_s, p.bytes_per_s, p.source] for d, p in predictor.peaks.items()}
     rows = [
         PredictorRow(
@@ -143,13 +158,11 @@ def load_predictor(session: Session, kind: DeviceKind) -> Predictor | None:
     rows = queries.latest_predictors(session, kind.id)
     if not rows:
         return None
-    ours = _library()["scikit-learn"]
-    theirs = rows[0].library.get("scikit-learn")
-    if theirs != ours:
-        raise InvalidInputError(
-            f"predictor v{rows[0].version} of {kind.name} was fitted with scikit-learn {theirs}, "
-            f"this is {ours}: retrain it with `opdb predict train --device-kind '{kind.name}'`"
-        )
+    check_library(
+        rows[0].library,
+        f"predictor v{rows[0].version} of {kind.name}",
+        f"opdb predict train --device-kind '{kind.name}'",
+    )
     peaks = {d: Peaks(float(v[0]), float(v[1]), str(v[2])) for d, v in rows[0].peaks.items()}
     models = {}
     for r in rows:

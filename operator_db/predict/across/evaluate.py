@@ -27,8 +27,8 @@ import pandas as pd
 
 from operator_db.predict.across.features import roofline_s
 from operator_db.predict.across.model import CAP, LEVEL, conformal, target_ln
-from operator_db.predict.across.train import Across, errors, fit_across, summary
-from operator_db.predict.devices import GpuFacts, nearest
+from operator_db.predict.across.train import Across, fit_across, summary
+from operator_db.predict.devices import GpuFacts
 
 
 @dataclass
@@ -323,15 +323,3 @@ def mean_abs(table: Table, column: int, where: Callable[[list[Any]], bool]) -> f
         if where(r) and str(r[column]) not in ("—", "")
     ]
     return sum(vals) / len(vals) if vals else None
-
-
-__all__ = [
-    "Run",
-    "Table",
-    "errors",
-    "held_out_table",
-    "logo_table",
-    "nearest",
-    "other_gpu_table",
-    "whole_model_table",
-]

@@ -170,19 +170,17 @@ def fit_family(
     y = target_ln(frame) - np.log(base_s(frame, facts, FAMILY_BASE[family]))
     kinds = frame["kind"].to_numpy()
     big = large(frame, facts)
-    a: dict[str, float] = {}
+    picks = {}
     for kind in model.rows:
         mine = kinds == kind
-        pick = mine & big if (mine & big).sum() >= 20 else mine
-        a[kind] = float(np.median(y[pick]))
+        picks[kind] = mine & big if (mine & big).sum() >= 20 else mine
+    a = {kind: float(np.median(y[pick])) for kind, pick in picks.items()}
     shift = np.array([a[k] for k in kinds])
     x = model._x(frame, facts, g_cols)
     cat = [len(g_cols) - 1] if categorical else None
     model.g = _gbt(x, y - shift, cat)
     rest = y - shift - model.g.predict(x)
-    for kind in model.rows:
-        mine = kinds == kind
-        pick = mine & big if (mine & big).sum() >= 20 else mine
+    for kind, pick in picks.items():
         model.offsets[kind] = a[kind] + float(np.median(rest[pick]))
     roof = np.log(roofline_s(frame, facts))
     xp = model._x(frame, facts, p_cols)

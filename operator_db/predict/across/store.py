@@ -15,7 +15,6 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.orm import Session
 
-import operator_db
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind, as_utc
 from operator_db.db.predictor_tables import CrossPredictor
@@ -26,6 +25,7 @@ from operator_db.predict.across.features import config_frame
 from operator_db.predict.across.model import CAP, LEVEL
 from operator_db.predict.across.train import Across, fit_across
 from operator_db.predict.devices import GpuFacts, gpu_facts
+from operator_db.predict.store import check_library, library_versions
 from operator_db.roofline.chips import chip_spec, load_peak_table
 from operator_db.roofline.record import store_spec_peaks
 
@@ -84,12 +84,6 @@ def results_frame(
     return frame.merge(times, on="config_id")
 
 
-def _library() -> dict[str, str]:
-    import sklearn
-
-    return {"scikit-learn": sklearn.__version__, "operator-db": operator_db.__version__}
-
-
 def _hash(frame: pd.DataFrame) -> str:
     digest = hashlib.sha256()
     for key, kind, t in sorted(zip(frame["key"], frame["kind"], frame["time_s"], strict=True)):
@@ -141,7 +135,7 @@ def train(
         level=level,
         data_hash=_hash(frame),
         model=pickle.dumps(across),
-        library=_library(),
+        library=library_versions(),
     )
     return across, queries.add_cross_predictor(session, row)
 
@@ -158,12 +152,9 @@ def load(session: Session) -> tuple[Across, CrossPredictor] | None:
     cached = _LOADED.get(row.data_hash + str(row.version))
     if cached is not None:
         return cached, row
-    ours, theirs = _library()["scikit-learn"], row.library.get("scikit-learn")
-    if ours != theirs:
-        raise InvalidInputError(
-            f"the cross-device model v{row.version} was fitted with scikit-learn {theirs}, this "
-            f"is {ours}: retrain it with `opdb predict across train`"
-        )
+    check_library(
+        row.library, f"the cross-device model v{row.version}", "opdb predict across train"
+    )
     across = pickle.loads(row.model)  # noqa: S301 - written by `opdb predict across train`
     _LOADED.clear()  # one model kept: the newest
     _LOADED[row.data_hash + str(row.version)] = across

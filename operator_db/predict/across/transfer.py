@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from operator_db.predict.across.features import roofline_s
+from operator_db.predict.across.features import MIN_BASE_S
 from operator_db.predict.across.model import LARGE_ROOF_S, conformal
 from operator_db.predict.devices import GpuFacts, distances
+from operator_db.roofline.bounds import roofline_time_s
 
 
 @dataclass
@@ -43,8 +44,10 @@ class Transfer:
         near = distances(target, [facts[k] for k in there])
         source = min(near, key=lambda k: (near[k], k))
         flops, nbytes = self.work[key]
-        row = pd.DataFrame({"flops": [flops, flops], "bytes": [nbytes, nbytes]})
-        roof = roofline_s(row.assign(kind=[source, target.name]), {**facts, target.name: target})
+        roof = [
+            max(roofline_time_s(flops, nbytes, g.flops_per_s, g.bytes_per_s), MIN_BASE_S)
+            for g in (facts[source], target)
+        ]
         ratio = roof[1] / roof[0] if roof[0] >= LARGE_ROOF_S else 1.0
         return float(np.log(there[source] * ratio)), source
 
