@@ -18,7 +18,7 @@ from operator_db.db.models import Measurement, OperatorConfig
 from operator_db.db.store import Store
 from operator_db.predict.across.features import config_frame, family_of, roofline_s
 from operator_db.predict.across.fewshot import design
-from operator_db.predict.across.train import Across, fit_across
+from operator_db.predict.across.train import Across, Fold, fit_across, fold_intervals
 from operator_db.predict.devices import distances, gpu_facts, nearest
 from operator_db.specs import parse_spec
 from tests.helpers import linear_op, relu_op, result_row, run_cli, spec_dict
@@ -213,6 +213,19 @@ def test_intervals_come_from_held_out_gpus(across: Across) -> None:
     assert {f.kind for f in across.folds} == set(TRAIN)
     for fold in across.folds:
         assert fold.kind not in fold.model.offsets and fold.kind not in fold.model.profiles
+
+
+def test_fold_intervals_leave_the_scored_gpu_out() -> None:
+    def fold(kind: str, residual: float) -> Fold:
+        scored = pd.DataFrame({"time_s": [math.e] * 20, "zero": [1.0 - residual] * 20})
+        scored["few"] = scored["zero"]
+        return Fold(kind, "linear", None, "X", scored)  # type: ignore[arg-type]
+
+    folds = [fold("A", 0.1), fold("B", -0.2), fold("C", 0.3)]
+    (zlo, zhi), (flo, fhi) = fold_intervals(folds, 0.9)
+    assert (zlo, zhi) == pytest.approx((-0.2, 0.3)) and flo < fhi
+    (zlo, zhi), _ = fold_intervals(folds, 0.9, without="C")  # C's own residuals widen nothing
+    assert (zlo, zhi) == pytest.approx((-0.2, 0.1))
 
 
 def test_a_family_on_one_gpu_is_not_fitted(frame: pd.DataFrame) -> None:

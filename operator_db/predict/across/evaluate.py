@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from operator_db.predict.across.features import roofline_s
-from operator_db.predict.across.model import CAP, LEVEL, conformal, target_ln
-from operator_db.predict.across.train import Across, fit_across, summary
+from operator_db.predict.across.model import CAP, LEVEL, target_ln
+from operator_db.predict.across.train import Across, fit_across, fold_intervals, summary
 from operator_db.predict.devices import GpuFacts
 
 
@@ -175,19 +175,8 @@ def logo_table(across: Across, level: float = LEVEL) -> Table:
     for fold in across.folds:
         by_family.setdefault(fold.family, []).append(fold)
     for family, folds in sorted(by_family.items()):
-        res = {
-            f.kind: (
-                target_ln(f.scored) - f.scored["zero"].to_numpy(np.float64),
-                _few_residuals(f.scored),
-            )
-            for f in folds
-        }
         for f in sorted(folds, key=lambda f: f.kind):
-            others = [res[k] for k in res if k != f.kind]
-            qs = [conformal(o[0], level) for o in others]
-            zlo, zhi = min(q[0] for q in qs), max(q[1] for q in qs)
-            pooled = np.concatenate([o[1] for o in others]) if others else np.array([])
-            flo, fhi = conformal(pooled, level)
+            (zlo, zhi), (flo, fhi) = fold_intervals(folds, level, without=f.kind)
             y = target_ln(f.scored)
             z = summary(f.scored["zero"].to_numpy(np.float64), y, zlo, zhi)
             few = f.scored.dropna(subset=["few"]) if "few" in f.scored else f.scored.iloc[:0]
@@ -198,13 +187,6 @@ def logo_table(across: Across, level: float = LEVEL) -> Table:
             )
             table.rows.append([f.kind, family, f.source, *_cells(z), *_cells(w)])
     return table
-
-
-def _few_residuals(scored: pd.DataFrame) -> np.ndarray:
-    if "few" not in scored:
-        return np.array([])
-    few = scored.dropna(subset=["few"])
-    return np.asarray(target_ln(few) - few["few"].to_numpy(np.float64))
 
 
 def other_gpu_table(across: Across, rows: pd.DataFrame, target: GpuFacts) -> Table:
@@ -303,8 +285,8 @@ def _withheld(across: Across, kind: str) -> Across:
     if not families:
         return across
     for family, m in families.items():
-        m.zero_interval = across.families[family].zero_interval
-        m.few_interval = across.families[family].few_interval
+        folds = [f for f in across.folds if f.family == family]
+        m.zero_interval, m.few_interval = fold_intervals(folds, across.level, without=kind)
     merged = {**{f: m for f, m in across.families.items() if kind not in m.offsets}, **families}
     return Across(
         merged,

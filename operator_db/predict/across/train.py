@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -232,13 +232,7 @@ def fit_across(
     folds: list[Fold] = []
     for family, final in finals.items():
         mine = [fold for fold in done if fold.family == family]
-        zero = [
-            conformal(target_ln(f.scored) - f.scored["zero"].to_numpy(np.float64), level)
-            for f in mine
-        ]
-        few = [_few(f.scored) for f in mine if "few" in f.scored]
-        final.zero_interval = (min(q[0] for q in zero), max(q[1] for q in zero))
-        final.few_interval = conformal(np.concatenate(few) if few else [], level)
+        final.zero_interval, final.few_interval = fold_intervals(mine, level)
         if keep_folds:
             folds.extend(mine)
         if progress:
@@ -259,9 +253,33 @@ def fit_across(
     )
 
 
-def _few(scored: pd.DataFrame) -> np.ndarray:
+def few_residuals(scored: pd.DataFrame) -> np.ndarray:
+    """Return ln(measured / few-shot prediction) of a fold's scored rows (empty: no few-shot)."""
+    if "few" not in scored:
+        return np.array([])
     f = scored.dropna(subset=["few"])
     return np.asarray(target_ln(f) - f["few"].to_numpy(np.float64))
+
+
+def fold_intervals(
+    folds: Sequence[Fold], level: float = LEVEL, without: str | None = None
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Return the zero- and few-shot intervals (ln ratios) from one family's folds.
+
+    Zero-shot: the union of each held-out GPU's split-conformal interval (GPUs differ more than
+    rows do); few-shot: one interval of the pooled residuals. ``without``: leave that GPU's fold
+    out, so a GPU's figures are scored with intervals it took no part in.
+    """
+    used = [f for f in folds if f.kind != without]
+    zero = [
+        conformal(target_ln(f.scored) - f.scored["zero"].to_numpy(np.float64), level) for f in used
+    ]
+    few = [few_residuals(f.scored) for f in used]
+    pooled = np.concatenate(few) if few else np.array([])
+    return (
+        (min(q[0] for q in zero), max(q[1] for q in zero)) if zero else (-np.inf, np.inf),
+        conformal(pooled, level),
+    )
 
 
 def _fold(
