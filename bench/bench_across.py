@@ -56,7 +56,7 @@ def main() -> None:
     from operator_db.config import Settings
     from operator_db.db import queries
     from operator_db.db.store import Store
-    from operator_db.estimate.compose import estimate_model
+    from operator_db.estimate.compose import EstimateOptions, estimate_model
     from operator_db.predict.across.store import gpu_kinds, load, predicted_costs
 
     if args.train:
@@ -80,8 +80,9 @@ def main() -> None:
                 session,
                 model,
                 kind,
-                peaks="best",
-                predicted=predicted_costs(session, model, kind, found),
+                EstimateOptions(
+                    peaks="best", predicted=predicted_costs(session, model, kind, found)
+                ),
             )
             times.append(time.perf_counter() - start)
             assert est.predicted

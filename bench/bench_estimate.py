@@ -33,7 +33,7 @@ from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
-from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
 from operator_db.specs import load_spec
 from operator_db.worker.daemon import Worker, WorkerOptions
 
@@ -124,15 +124,11 @@ def main() -> None:
                 run.wall_s += time.perf_counter() - start
                 with run.store.transaction(read_only=True) as session:
                     for out, context in ((run.estimates, "replay"), (run.alone, "alone")):
-                        out.append(
-                            estimate_model(
-                                session,
-                                name,
-                                kind,
-                                cache_mode=settings.measure.cache_mode,
-                                context=context,  # type: ignore[arg-type]
-                            )
+                        options = EstimateOptions(
+                            cache_mode=settings.measure.cache_mode,
+                            context=context,  # type: ignore[arg-type]
                         )
+                        out.append(estimate_model(session, name, kind, options))
         load_after = os.getloadavg()
         device.close()
         for run in runs:

@@ -26,7 +26,7 @@ from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
-from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
 from operator_db.harvest import harvest
 from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.specs import load_spec
@@ -160,7 +160,7 @@ def _run_case(
         row.update(_figures(estimate_model(session, case.name, kind)))
         # The method before the replay and the pipeline: operators looped alone, and on a GPU
         # the longer of the two stages.
-        alone = estimate_model(session, case.name, kind, context="alone")
+        alone = estimate_model(session, case.name, kind, EstimateOptions(context="alone"))
         old = alone.total_time_s
         if not alone.adds_between and alone.host_time_s is not None:
             old = max(alone.time_s, alone.host_time_s)
@@ -169,7 +169,7 @@ def _run_case(
         row["max_error"] = (old - measured) / measured if measured else None
         # Graph mode: the device stage with CUDA-graph times where measured, against the model
         # captured whole as one graph.
-        graph = estimate_model(session, case.name, kind, timing="graph")
+        graph = estimate_model(session, case.name, kind, EstimateOptions(timing="graph"))
         row["operators_graph_s"] = graph.time_s
         row["graph_estimate_s"] = graph.total_time_s
         row["graph_measured_s"] = graph.full_run_time_s if graph.full_run_time_s else None

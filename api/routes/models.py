@@ -26,7 +26,7 @@ from api.schemas import (
 from api.schemas_compare import CompareOut, CompareRowOut
 from operator_db.config import Settings
 from operator_db.db import queries
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.estimate.rooflines import model_roofline
 from operator_db.estimate.rows import finite_values
 
@@ -156,14 +156,16 @@ def get_estimate(
         session,
         name,
         device_kind,
-        timing=timing,
-        energy=energy,
-        peaks="best",
-        cache_mode=cache_mode,
-        aggregate=aggregate,
-        between_ops_warn=settings.estimate_between_ops_warn,
-        predicted=predicted,
-        context=context,
+        EstimateOptions(
+            timing=timing,
+            energy=energy,
+            peaks="best",
+            cache_mode=cache_mode,
+            aggregate=aggregate,
+            between_ops_warn=settings.estimate_between_ops_warn,
+            predicted=predicted,
+            context=context,
+        ),
     )
     ranked = est.ranked_config_rows()
     summary = finite_values(est.summary())

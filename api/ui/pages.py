@@ -29,7 +29,7 @@ from operator_db.config import Settings
 from operator_db.db import queries, queue
 from operator_db.db.models import JOB_STATUSES
 from operator_db.errors import InvalidInputError, NotFoundError, OperatorDBError
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.estimate.rows import finite_values
 
 HERE = Path(__file__).resolve().parent
@@ -211,8 +211,7 @@ def model_page(
                 session,
                 name,
                 kind,
-                peaks="best",
-                between_ops_warn=settings.estimate_between_ops_warn,
+                EstimateOptions(peaks="best", between_ops_warn=settings.estimate_between_ops_warn),
             ).summary()
         )
         for kind in kinds

@@ -227,7 +227,7 @@ def estimate(
         )
     from operator_db.config import get_settings
     from operator_db.db import queries
-    from operator_db.estimate.compose import estimate_model
+    from operator_db.estimate.compose import EstimateOptions, estimate_model
     from operator_db.roofline.peaks import best_peaks, peaks_for_kind
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
@@ -244,14 +244,16 @@ def estimate(
             session,
             model,
             kind,
-            timing="graph" if timing == "graph" else "eager",
-            energy="dynamic" if energy == "dynamic" else "total",
-            peaks=peaks,
-            aggregate="median" if aggregate == "median" else "latest",
-            cache_mode="cold" if cache == "cold" else "warm",
-            between_ops_warn=get_settings().estimate_between_ops_warn,
-            predicted=predicted,
-            context="alone" if context == "alone" else "replay",
+            EstimateOptions(
+                timing="graph" if timing == "graph" else "eager",
+                energy="dynamic" if energy == "dynamic" else "total",
+                peaks=peaks,
+                aggregate="median" if aggregate == "median" else "latest",
+                cache_mode="cold" if cache == "cold" else "warm",
+                between_ops_warn=get_settings().estimate_between_ops_warn,
+                predicted=predicted,
+                context="alone" if context == "alone" else "replay",
+            ),
         )
     if as_json:
         sys.stdout.write(json.dumps(est.as_dict(), indent=2, allow_nan=False) + "\n")

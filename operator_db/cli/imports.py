@@ -60,7 +60,7 @@ def import_(
     from operator_db.datasets.neusight.compose import composition_table, composition_text
     from operator_db.datasets.neusight.reader import neusight
     from operator_db.datasets.neusight.runs import import_runs
-    from operator_db.estimate.compose import estimate_model
+    from operator_db.estimate.compose import EstimateOptions, estimate_model
 
     data, files, labels = neusight(path)
     on_bad: OnBad = "refuse" if refuse_bad else "skip"
@@ -85,7 +85,9 @@ def import_(
         composed = composition_table(
             session,
             runs.runs,
-            lambda s, model, kind: estimate_model(s, model, kind, aggregate="median", peaks="best"),
+            lambda s, model, kind: estimate_model(
+                s, model, kind, EstimateOptions(aggregate="median", peaks="best")
+            ),
         )
     if files:
         console.print(report_table(report))

@@ -289,22 +289,30 @@ class Estimate:
         }
 
 
+@dataclass(frozen=True)
+class EstimateOptions:
+    """The choices of one estimate (:func:`estimate_model` says what each does)."""
+
+    timing: TimingChoice = "eager"
+    energy: EnergyChoice = "total"
+    peaks: Peaks | Literal["best"] | None = None
+    aggregate: AggregateChoice = "latest"
+    cache_mode: CacheChoice = "warm"
+    between_ops_warn: float = BETWEEN_OPS_WARN
+    """Share of the estimate above which the time between operators is a warning."""
+    predicted: Predicted | None = None
+    context: ContextChoice = "replay"
+
+
 def estimate_model(
     session: Session,
     model_name: str,
     device_kind: str,
-    *,
-    timing: TimingChoice = "eager",
-    energy: EnergyChoice = "total",
-    peaks: Peaks | Literal["best"] | None = None,
-    aggregate: AggregateChoice = "latest",
-    cache_mode: CacheChoice = "warm",
-    between_ops_warn: float = BETWEEN_OPS_WARN,
-    predicted: Predicted | None = None,
-    context: ContextChoice = "replay",
+    options: EstimateOptions | None = None,
 ) -> Estimate:
     """Compose the cost of ``model_name`` on ``device_kind`` from its measured operators.
 
+    ``options`` holds every choice (:class:`EstimateOptions`; the defaults without it):
     ``aggregate="median"`` takes the median of every stored result of a configuration (and of the
     model) on the kind — several passes, several hosts — instead of the newest one, so that a
     burst of machine noise during one job does not decide the figure.
@@ -326,6 +334,9 @@ def estimate_model(
     Raises:
         NotFoundError: unknown model or device kind.
     """
+    o = options or EstimateOptions()
+    timing, energy, aggregate, cache_mode = o.timing, o.energy, o.aggregate, o.cache_mode
+    peaks, predicted = o.peaks, o.predicted
     model = queries.get_model(session, model_name)
     kind = queries.get_device_kind(session, device_kind)
     if peaks == "best":
@@ -342,7 +353,7 @@ def estimate_model(
     )
     imported = {f.source_id for f in (*measured.values(), *runs.values()) if f.source_id}
     source_names = queries.data_source_names(session) if imported else {}
-    in_context = run is not None and context == "replay" and timing == "eager"
+    in_context = run is not None and o.context == "replay" and timing == "eager"
     replayed = (run.replay_per_call_s if run is not None and in_context else None) or {}
     replayed_host = (run.replay_host_per_call_s if run is not None and in_context else None) or {}
     records: list[dict[str, Any]] = []
@@ -449,7 +460,7 @@ def estimate_model(
             "an operator and is only in the full run"
         )
     if adds_between and between is not None:
-        warnings += between_warnings(between, total_time, between_ops_warn)
+        warnings += between_warnings(between, total_time, o.between_ops_warn)
     est = Estimate(
         model=model.name,
         device_kind=kind.name,

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.queries import CounterFigures
 from operator_db.errors import NotFoundError
-from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
 from operator_db.roofline.bounds import Peaks
 from operator_db.roofline.chip_plot import RoofPoint
 from operator_db.roofline.model import plot_roofline, roofline_table
@@ -75,7 +75,7 @@ def model_roofline(session: Session, model_name: str, device_kind: str) -> Model
             f"no peaks known for {device_kind}: run `opdb peaks` on such a host, or use "
             "a device kind of the peak table (`opdb peaks --list`)"
         )
-    est = estimate_model(session, model_name, device_kind, peaks=measured or spec)
+    est = estimate_model(session, model_name, device_kind, EstimateOptions(peaks=measured or spec))
     kind = queries.get_device_kind(session, device_kind)
     counters = {
         key: CounterFigures.of(row)

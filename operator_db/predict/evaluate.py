@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.errors import InvalidInputError
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.predict.model import LEVEL, MIN_PER_OP, fit_predictor
 from operator_db.predict.store import training_data
 from operator_db.study.analysis.models import family_label
@@ -201,7 +201,9 @@ def evaluate(
                 )
         for model_id in ids:
             model = by_id[model_id]
-            est = estimate_model(session, model.name, kind.name, aggregate="median")
+            est = estimate_model(
+                session, model.name, kind.name, EstimateOptions(aggregate="median")
+            )
             between = max(est.between_ops_s or 0.0, 0.0) if est.adds_between else 0.0
             total = low = high = calls = 0.0
             seen: float | None = 0.0

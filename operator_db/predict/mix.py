@@ -2,9 +2,9 @@
 
 ``opdb estimate --predict``, ``GET /models/{name}/estimate?predict=true`` and the report's
 Predictions section call :func:`predicted_costs` and hand its figures to
-``estimate_model(predicted=...)`` (``estimate/predicted.py``), which fills the configurations not
-measured on the kind with them: the predictor does not know what an estimate is, nor the estimate
-how a prediction is made.
+``estimate_model(..., EstimateOptions(predicted=...))`` (``estimate/predicted.py``), which
+fills the configurations not measured on the kind with them: the predictor does not know what
+an estimate is, nor the estimate how a prediction is made.
 """
 
 from __future__ import annotations

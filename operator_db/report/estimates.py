@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.report.columns import ESTIMATE_DISPLAY
 from operator_db.report.document import Document, display
 
@@ -45,7 +45,7 @@ def estimate_table(session: Session, pairs: Iterable[tuple[str, str]]) -> pd.Dat
     records: list[dict[str, Any]] = []
     for model, kind in pairs:
         est = estimate_model(session, model, kind)
-        alone = estimate_model(session, model, kind, context="alone")
+        alone = estimate_model(session, model, kind, EstimateOptions(context="alone"))
         pipe = est.pipeline
         records.append(
             {

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.predict.mix import predicted_costs
 from operator_db.predict.model import interval_text
 from operator_db.predict.store import load_predictor
@@ -51,7 +51,9 @@ def prediction_table(
             if (model.provenance or {}).get("tool") == "opdb sweep":
                 continue
             predicted = predicted_costs(session, model.name, kind.name, predictor)
-            est = estimate_model(session, model.name, kind.name, predicted=predicted)
+            est = estimate_model(
+                session, model.name, kind.name, EstimateOptions(predicted=predicted)
+            )
             low, high = est.total_time_bounds_s
             records.append(
                 {

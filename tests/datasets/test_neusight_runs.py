@@ -21,7 +21,7 @@ from operator_db.datasets.neusight.trace import match_nodes, read_trace
 from operator_db.db.models import DataSource, DeviceKind, FullModelRun, Measurement, Model
 from operator_db.db.models import OperatorConfig as Config
 from operator_db.db.store import Store
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.harvest import harvest
 from operator_db.specs import TensorSpec, load_spec, operator_key
 
@@ -201,7 +201,9 @@ def test_the_composition_check_sets_the_estimate_beside_the_run(store: Store) ->
         rows = composition_table(
             session,
             report.runs,
-            lambda s, model, kind: estimate_model(s, model, kind, aggregate="median"),
+            lambda s, model, kind: estimate_model(
+                s, model, kind, EstimateOptions(aggregate="median")
+            ),
         )
     [row] = rows
     assert (row.device, row.model, row.mode, row.batch) == ("Tesla T4", SPEC, "inference", 8)

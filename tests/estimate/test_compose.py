@@ -13,7 +13,7 @@ from operator_db.db.models import FullModelRun, Measurement, Model, OperatorConf
 from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
 from operator_db.errors import NotFoundError
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.roofline.bounds import Peaks
 from operator_db.specs import parse_spec
 from tests.helpers import linear_op, relu_op, result_row, spec_dict
@@ -107,7 +107,9 @@ def test_sum_of_count_times_cost(store: Store) -> None:
 def test_dynamic_energy_and_graph_timing(store: Store) -> None:
     setup(store)
     with store.transaction() as session:
-        est = estimate_model(session, "toy", KIND, timing="graph", energy="dynamic")
+        est = estimate_model(
+            session, "toy", KIND, EstimateOptions(timing="graph", energy="dynamic")
+        )
     assert est.time_s == pytest.approx(0.8e-3 + 2 * 2e-4)
     assert list(est.configs["timing"])[:2] == ["graph", "eager"]
     assert est.energy_j == pytest.approx(0.06 + 2 * 0.01)
@@ -118,7 +120,7 @@ def test_coverage_and_roofline(store: Store) -> None:
     setup(store, measure_relu=False)
     peaks = Peaks(flops_per_s=1e9, bytes_per_s=1e8)
     with store.transaction() as session:
-        est = estimate_model(session, "toy", KIND, peaks=peaks)
+        est = estimate_model(session, "toy", KIND, EstimateOptions(peaks=peaks))
     assert est.time_s == pytest.approx(1e-3)
     # By count: Linear ×1 measured, ReLU ×2 not, the opaque call never.
     assert est.coverage == pytest.approx(1 / 4)
@@ -149,7 +151,7 @@ def test_unknown_model_or_kind(store: Store) -> None:
 def test_median_of_all_stored_results(store: Store) -> None:
     setup(store)
     with store.transaction() as session:
-        est = estimate_model(session, "toy", KIND, aggregate="median")
+        est = estimate_model(session, "toy", KIND, EstimateOptions(aggregate="median"))
     # Linear: the median of 9 ms (older) and 1 ms (newer); ReLU: its only result.
     assert est.time_s == pytest.approx(5e-3 + 2 * 2e-4)
     # The older Linear result has no energy: no median energy for it, so no energy estimate.
@@ -292,7 +294,7 @@ def test_estimates_say_which_cache_mode_they_compose(store: Store) -> None:
             )
     with store.transaction() as session:
         warm = estimate_model(session, "toy", KIND)
-        cold = estimate_model(session, "toy", KIND, cache_mode="cold")
+        cold = estimate_model(session, "toy", KIND, EstimateOptions(cache_mode="cold"))
     assert warm.cache_mode == "warm" and warm.time_s == pytest.approx(1e-3 + 2 * 2e-4)
     assert cold.cache_mode == "cold" and cold.time_s == pytest.approx(3e-3 + 2 * 1e-3)
     assert cold.full_run_time_s is None  # the model was measured warm only
@@ -308,7 +310,7 @@ def test_a_cpu_model_composes_its_operators_as_timed_in_the_replay_of_its_calls(
     them; a configuration the replay did not time keeps its time looped alone."""
     _between_setup(store, "cpu:Test", hollow=0.5e-3, replay={"torch.nn.Linear": 1.2e-3})
     with store.transaction() as session:
-        alone = estimate_model(session, "glue", "cpu:Test", context="alone")
+        alone = estimate_model(session, "glue", "cpu:Test", EstimateOptions(context="alone"))
         est = estimate_model(session, "glue", "cpu:Test")
     assert alone.context == "alone" and alone.time_s == pytest.approx(1.3e-3)
     assert est.context == "replay" and est.summary()["context"] == "replay"
@@ -329,7 +331,7 @@ def test_the_replay_of_functional_operators_is_what_the_hollow_run_loses(store: 
     )
     with store.transaction() as session:
         est = estimate_model(session, "glue", "cpu:Test")
-        median = estimate_model(session, "glue", "cpu:Test", aggregate="median")
+        median = estimate_model(session, "glue", "cpu:Test", EstimateOptions(aggregate="median"))
     assert est.between_ops_s == pytest.approx(0.5e-3 - 3 * 1.5e-4)
     assert est.total_time_s == pytest.approx(1.1e-3 + 0.5e-3)
     # With one stored run, the median of the replays is that run's.

@@ -12,7 +12,7 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Measurement, Model, OperatorConfig
 from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.harvest import harvest
 from operator_db.roofline.bounds import Peaks
 from operator_db.specs import TensorSpec, parse_spec
@@ -60,7 +60,7 @@ def test_an_opaque_module_doing_most_of_the_work_is_a_coverage_gap_and_a_warning
     # The opaque BigMatmul runs for real in the hollow run: 0.97 ms of the model's 1 ms.
     _store_model(store, custom_leaves="opaque", hollow_s=0.97e-3)
     with store.transaction() as session:
-        est = estimate_model(session, "mostly", KIND, peaks=PEAKS)
+        est = estimate_model(session, "mostly", KIND, EstimateOptions(peaks=PEAKS))
     assert (est.opaque, est.unmeasured) == (1, [])
     assert est.coverage == pytest.approx(2 / 4)  # two Linear calls measured, two opaque ones not
     # BigMatmul's live-counted FLOPs (2 × 64·256·256 a call) make most of the roofline time.
@@ -86,7 +86,7 @@ def test_traced_the_same_model_is_whole(store: Store) -> None:
     # Traced, BigMatmul is two matmul calls that are measured; the hollow run keeps only them.
     _store_model(store, custom_leaves="trace", hollow_s=0.022e-3)
     with store.transaction() as session:
-        est = estimate_model(session, "mostly", KIND, peaks=PEAKS)
+        est = estimate_model(session, "mostly", KIND, EstimateOptions(peaks=PEAKS))
     assert (est.opaque, est.coverage, est.coverage_roofline) == (0, 1.0, 1.0)
     assert est.between_ops_s == pytest.approx(0.022e-3 - 2 * 10e-6)  # 4.8 %: no warning
     assert est.warnings == []

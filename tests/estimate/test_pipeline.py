@@ -9,7 +9,7 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Host, Measurement, Model, OperatorConfig
 from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.estimate.pipeline import Call, simulate
 from operator_db.specs import parse_spec
 from tests.helpers import linear_op, result_row, spec_dict
@@ -132,7 +132,7 @@ def test_a_gpu_replay_gives_the_host_and_device_times_in_context(store: Store) -
         }
     with store.transaction() as session:
         est = estimate_model(session, "seq", GPU)
-        alone = estimate_model(session, "seq", GPU, context="alone")
+        alone = estimate_model(session, "seq", GPU, EstimateOptions(context="alone"))
     assert est.context == "replay" and alone.context == "alone"
     # In context: host 2.1 ms a call (6.3 ms a pass), device 5.4 ms: the host bounds it.
     assert est.pipeline is not None and est.pipeline.host_busy_s == pytest.approx(6.3e-3)
@@ -153,7 +153,7 @@ def test_graph_mode_has_no_host_stage_and_compares_with_the_graph_run(store: Sto
         )
         session.add(graph_run)
     with store.transaction() as session:
-        est = estimate_model(session, "seq", GPU, timing="graph")
+        est = estimate_model(session, "seq", GPU, EstimateOptions(timing="graph"))
     assert est.host_time_s is None and est.pipeline is None and est.bound_by is None
     assert est.total_time_s == pytest.approx(5.2e-3) and est.full_run_time_s == 5.3e-3
     assert any(note.startswith("graph mode:") for note in est.notes)
@@ -176,7 +176,7 @@ def test_a_host_bound_model_draws_idle_power_while_the_device_waits(store: Store
         run.energy_per_call_j = 0.06 + 100.0 * 3.3e-3  # what the device drew over the pass
     with store.transaction() as session:
         est = estimate_model(session, "seq", GPU)
-        dynamic = estimate_model(session, "seq", GPU, energy="dynamic")
+        dynamic = estimate_model(session, "seq", GPU, EstimateOptions(energy="dynamic"))
     assert est.bound_by == "host" and est.total_time_s == pytest.approx(3.3e-3)
     assert est.static_energy_j == pytest.approx(100.0 * 3.3e-3)
     assert est.energy_j == pytest.approx(0.06 + 0.33)

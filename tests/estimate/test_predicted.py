@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from operator_db.db.store import Store
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.estimate.predicted import Predicted, PredictedCost
 from tests.estimate.test_compose import KIND, setup
 
@@ -31,7 +31,7 @@ def test_unmeasured_configurations_take_the_figures_handed_in(store: Store) -> N
         source=SOURCE,
     )
     with store.transaction() as session:
-        est = estimate_model(session, "toy", KIND, predicted=predicted)
+        est = estimate_model(session, "toy", KIND, EstimateOptions(predicted=predicted))
     rows = {r["op"]: r for r in est.config_rows}
     assert [rows[op]["source"] for op in ("torch.nn.Linear", "torch.nn.ReLU", "my.Custom")] == [
         "measured",
@@ -60,6 +60,8 @@ def test_nothing_predicted_leaves_the_measured_figures(store: Store) -> None:
     setup(store, measure_relu=False)
     with store.transaction() as session:
         plain = estimate_model(session, "toy", KIND)
-        est = estimate_model(session, "toy", KIND, predicted=Predicted(time={}, source=SOURCE))
+        est = estimate_model(
+            session, "toy", KIND, EstimateOptions(predicted=Predicted(time={}, source=SOURCE))
+        )
     assert est.time_s == plain.time_s and est.predicted == 0
     assert est.warnings == plain.warnings and est.predictor == SOURCE

@@ -10,7 +10,7 @@ from operator_db.db import queries
 from operator_db.db.predictor_tables import Predictor as PredictorRow
 from operator_db.db.store import Store
 from operator_db.errors import InvalidInputError, NotFoundError
-from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
 from operator_db.predict.evaluate import evaluate
 from operator_db.predict.mix import predicted_costs
 from operator_db.predict.store import load_predictor, train
@@ -60,7 +60,9 @@ def test_another_scikit_learn_asks_for_a_retrain(filled: Store) -> None:
 
 def mixed(session: Session, model: str) -> Estimate:
     """The estimate with unmeasured configurations predicted (opdb estimate --predict)."""
-    return estimate_model(session, model, KIND, predicted=predicted_costs(session, model, KIND))
+    return estimate_model(
+        session, model, KIND, EstimateOptions(predicted=predicted_costs(session, model, KIND))
+    )
 
 
 def test_an_unmeasured_model_is_predicted_whole(filled: Store) -> None:
@@ -69,7 +71,10 @@ def test_an_unmeasured_model_is_predicted_whole(filled: Store) -> None:
     with filled.transaction() as session:
         plain = estimate_model(session, "net-e", KIND)
         est = estimate_model(
-            session, "net-e", KIND, predicted=predicted_costs(session, "net-e", KIND)
+            session,
+            "net-e",
+            KIND,
+            EstimateOptions(predicted=predicted_costs(session, "net-e", KIND)),
         )
     assert plain.time_s == 0 and plain.coverage == 0
     assert est.predicted == len(est.config_rows) and est.coverage_predicted == 1.0
@@ -101,7 +106,10 @@ def test_a_partly_measured_model_mixes_both(filled: Store) -> None:
             session.delete(m)
     with filled.transaction() as session:
         est = estimate_model(
-            session, "net-a", KIND, predicted=predicted_costs(session, "net-a", KIND)
+            session,
+            "net-a",
+            KIND,
+            EstimateOptions(predicted=predicted_costs(session, "net-a", KIND)),
         )
     sources = [r["source"] for r in est.config_rows]
     assert sources.count("predicted") == 1 and sources.count("measured") == len(sources) - 1

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from operator_db.db.models import OperatorConfig
 from operator_db.db.store import Store
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.estimate.significant import significance_priorities, significant_configs
 from operator_db.roofline.bounds import Peaks
 from operator_db.roofline.chips import find_chip
@@ -28,7 +28,7 @@ RELU = (128, 8 * 128)
 def test_roofline_table(store: Store) -> None:
     setup(store)
     with store.transaction() as session:
-        est = estimate_model(session, "toy", KIND, peaks=PEAKS)
+        est = estimate_model(session, "toy", KIND, EstimateOptions(peaks=PEAKS))
     table = roofline_table(est, spec=PEAKS, measured=None).set_index("op")
     linear = table.loc["torch.nn.Linear"]
     assert linear["intensity"] == pytest.approx(LINEAR[0] / LINEAR[1])
@@ -49,7 +49,7 @@ def test_roofline_table(store: Store) -> None:
 def test_plot_is_written(store: Store, tmp_path: Path) -> None:
     setup(store)
     with store.transaction() as session:
-        est = estimate_model(session, "toy", KIND, peaks=PEAKS)
+        est = estimate_model(session, "toy", KIND, EstimateOptions(peaks=PEAKS))
     table = roofline_table(est, spec=PEAKS, measured=Peaks(5e8, 5e7, "measured"))
     path = plot_roofline(
         est,

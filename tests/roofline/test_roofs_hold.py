@@ -17,7 +17,7 @@ from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.estimate.rooflines import model_roofline
 from operator_db.measure.peaks import measure_peaks
 from operator_db.measure.settings import fast_settings
@@ -55,7 +55,9 @@ def test_no_configuration_or_model_sits_above_its_bound(store: Store) -> None:
             assert math.isnan(whole["efficiency"]) or whole["efficiency"] <= 1.0
             # The table composes the operators as timed in the replay of the model's calls; looped
             # alone they run faster (hot caches), and still not above their bounds.
-            alone = estimate_model(session, model, kind, peaks="best", context="alone")
+            alone = estimate_model(
+                session, model, kind, EstimateOptions(peaks="best", context="alone")
+            )
             assert alone.context == "alone"
             beating = [
                 (r["op"], r["inputs"], r["roofline_time_per_call_s"] / r["time_per_call_s"])

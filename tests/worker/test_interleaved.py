@@ -14,7 +14,7 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Job, Measurement, ModelOperator, OperatorConfig
 from operator_db.db.store import Store
 from operator_db.devices.fake import FakeDevice
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import EstimateOptions, estimate_model
 from operator_db.harvest import harvest
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import fast_settings
@@ -96,7 +96,7 @@ def test_one_job_measures_the_model_and_every_configuration(store: Store) -> Non
         assert est.context == "replay" and est.summary()["context"] == "replay"
         assert {r["timing"] for r in est.config_rows} == {"replay"}
         assert sorted(r["time_per_call_s"] for r in est.config_rows) == sorted(replayed.values())
-        alone = estimate_model(session, "tiny", kind, context="alone")
+        alone = estimate_model(session, "tiny", kind, EstimateOptions(context="alone"))
         assert alone.context == "alone" and {r["timing"] for r in alone.config_rows} == {"eager"}
         assert sorted(r["time_per_call_s"] for r in alone.config_rows) == sorted(
             m.time_median_s for m in measurements

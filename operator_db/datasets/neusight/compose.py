@@ -7,9 +7,9 @@ coverage of calls and the trace's coverage of time (``runs.TraceSummary``).
 
 The data sets layer does not compose estimates (``estimate/`` is not among its imports,
 docs/architecture.md): the caller passes the estimate as a function, e.g.
-``lambda s, model, kind: estimate_model(s, model, kind, aggregate="median", peaks="best")``
-(the median of the nodes a configuration was mapped from; the best-known roofs for the
-roofline-weighted coverage).
+``lambda s, model, kind: estimate_model(s, model, kind, EstimateOptions(aggregate="median",
+peaks="best"))`` (the median of the nodes a configuration was mapped from; the best-known
+roofs for the roofline-weighted coverage).
 """
 
 from __future__ import annotations

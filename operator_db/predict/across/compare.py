@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.errors import OperatorDBError
-from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
 from operator_db.predict.across.store import gpu_kinds, load, predicted_costs
 
 MIN_MEASURED = 0.5
@@ -56,7 +56,10 @@ class KindRow:
 def _estimate(session: Session, model: str, kind: str, predicted: Any = None) -> Estimate | None:
     try:
         return estimate_model(
-            session, model, kind, aggregate="median", peaks="best", predicted=predicted
+            session,
+            model,
+            kind,
+            EstimateOptions(aggregate="median", peaks="best", predicted=predicted),
         )
     except OperatorDBError:
         return None

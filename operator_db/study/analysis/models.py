@@ -222,7 +222,7 @@ def model_table(
     estimate of :mod:`.costs` for training) and ``intensity`` ``step_flops / step_bytes``
     (FLOP/byte, NaN without bytes); ``achieved_flops_per_s`` ``step_flops / latency_s``;
     ``estimate_s`` the composed time Σ count × latest eager per-call time over the measured
-    configurations (as ``estimate_model(timing="eager")``), ``coverage`` the measured share of
+    configurations (as an eager ``estimate_model``), ``coverage`` the measured share of
     its calls (opaque ones count: they are never measured), and ``estimate_error`` (estimate −
     measured) / measured, given only at full coverage. ``models`` restricts the table to those
     models (default: all).
