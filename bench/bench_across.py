@@ -56,7 +56,8 @@ def main() -> None:
     from operator_db.config import Settings
     from operator_db.db import queries
     from operator_db.db.store import Store
-    from operator_db.estimate.compose import EstimateOptions, estimate_model
+    from operator_db.estimate.compose import estimate_model
+    from operator_db.estimate.options import EstimateOptions
     from operator_db.predict.across.store import gpu_kinds, load, predicted_costs
 
     if args.train:

@@ -33,7 +33,8 @@ from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
-from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
+from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.specs import load_spec
 from operator_db.worker.daemon import Worker, WorkerOptions
 

@@ -26,7 +26,8 @@ from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
-from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
+from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.harvest import harvest
 from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.specs import load_spec

@@ -13,19 +13,21 @@ PACKAGE = ROOT / "operator_db"
 ALLOWED: dict[str, set[str]] = {
     "config": set(),
     "errors": set(),
+    "stats": set(),
     "examples": set(),
-    "specs": {"errors"},
-    "ops": {"errors", "specs"},
-    "devices": {"config", "errors"},
-    "harvest": {"errors", "ops", "specs"},
-    "measure": {"config", "devices", "errors", "harvest", "ops", "specs"},
-    "db": {"config", "errors", "specs"},
-    "roofline": {"db", "errors", "measure", "specs"},
-    "estimate": {"db", "errors", "roofline", "specs"},
-    "worker": {"db", "devices", "errors", "measure", "ops", "specs"},
-    "doctor": {"config", "db", "devices", "errors", "measure"},
+    "specs": {"stats", "errors"},
+    "ops": {"stats", "errors", "specs"},
+    "devices": {"stats", "config", "errors"},
+    "harvest": {"stats", "errors", "ops", "specs"},
+    "measure": {"stats", "config", "devices", "errors", "harvest", "ops", "specs"},
+    "db": {"stats", "config", "errors", "specs"},
+    "roofline": {"stats", "db", "errors", "measure", "specs"},
+    "estimate": {"stats", "db", "errors", "roofline", "specs"},
+    "worker": {"stats", "db", "devices", "errors", "measure", "ops", "specs"},
+    "doctor": {"stats", "config", "db", "devices", "errors", "measure"},
     "study": {
         "config",
+        "stats",
         "db",
         "devices",
         "errors",
@@ -36,9 +38,9 @@ ALLOWED: dict[str, set[str]] = {
         "specs",
         "worker",
     },
-    "datasets": {"config", "db", "errors", "harvest", "ops", "roofline", "specs"},
-    "predict": {"db", "errors", "estimate", "roofline", "specs", "study"},
-    "report": {"db", "errors", "estimate", "predict", "roofline", "specs", "study"},
+    "datasets": {"stats", "config", "db", "errors", "harvest", "ops", "roofline", "specs"},
+    "predict": {"stats", "db", "errors", "estimate", "roofline", "specs", "study"},
+    "report": {"stats", "db", "errors", "estimate", "predict", "roofline", "specs", "study"},
 }
 """Which of the package's parts each part may import (docs/architecture.md); cli/ may import all."""
 
@@ -147,7 +149,17 @@ def test_no_module_imports_itself_back() -> None:
     assert circles == []
 
 
-TORCH_FREE = ("config", "errors", "specs", "db", "roofline", "estimate", "predict", "report")
+TORCH_FREE = (
+    "config",
+    "errors",
+    "stats",
+    "specs",
+    "db",
+    "roofline",
+    "estimate",
+    "predict",
+    "report",
+)
 """Parts that never import torch at run time, nor a part that does (docs/architecture.md)."""
 TORCH_FREE_MODULES = ("operator_db/study/analysis", "operator_db/study/sets.py")
 TORCH_PARTS = ("ops", "devices", "harvest", "measure", "worker", "doctor")

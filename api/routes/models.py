@@ -26,7 +26,8 @@ from api.schemas import (
 from api.schemas_compare import CompareOut, CompareRowOut
 from operator_db.config import Settings
 from operator_db.db import queries
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.estimate.rooflines import model_roofline
 from operator_db.estimate.rows import finite_values
 

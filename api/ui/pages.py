@@ -29,7 +29,8 @@ from operator_db.config import Settings
 from operator_db.db import queries, queue
 from operator_db.db.models import JOB_STATUSES
 from operator_db.errors import InvalidInputError, NotFoundError, OperatorDBError
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.estimate.rows import finite_values
 
 HERE = Path(__file__).resolve().parent

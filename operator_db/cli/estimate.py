@@ -227,7 +227,8 @@ def estimate(
         )
     from operator_db.config import get_settings
     from operator_db.db import queries
-    from operator_db.estimate.compose import EstimateOptions, estimate_model
+    from operator_db.estimate.compose import estimate_model
+    from operator_db.estimate.options import EstimateOptions
     from operator_db.roofline.peaks import best_peaks, peaks_for_kind
 
     with open_store(db) as store, store.transaction(read_only=True) as session:

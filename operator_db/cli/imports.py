@@ -60,7 +60,8 @@ def import_(
     from operator_db.datasets.neusight.compose import composition_table, composition_text
     from operator_db.datasets.neusight.reader import neusight
     from operator_db.datasets.neusight.runs import import_runs
-    from operator_db.estimate.compose import EstimateOptions, estimate_model
+    from operator_db.estimate.compose import estimate_model
+    from operator_db.estimate.options import EstimateOptions
 
     data, files, labels = neusight(path)
     on_bad: OnBad = "refuse" if refuse_bad else "skip"

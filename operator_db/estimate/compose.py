@@ -18,10 +18,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
-from operator_db.db.queries import Aggregate
 from operator_db.estimate.energy import energy_of, static_note, with_static_power
+from operator_db.estimate.options import (
+    CacheChoice,
+    ContextChoice,
+    EnergyChoice,
+    EstimateOptions,
+    TimingChoice,
+)
 from operator_db.estimate.pipeline import Pipeline, gpu_notes, host_stage, model_pipeline
-from operator_db.estimate.predicted import Predicted, predicted_fields
+from operator_db.estimate.predicted import predicted_fields
 from operator_db.estimate.rows import (
     BY_OP_COLUMNS,
     CONFIG_COLUMNS,
@@ -40,18 +46,6 @@ from operator_db.roofline.peaks import best_peaks, kind_peaks
 
 if TYPE_CHECKING:  # pandas only where a table is asked for: `opdb estimate` prints the rows
     import pandas as pd
-
-TimingChoice = Literal["eager", "graph"]
-CacheChoice = Literal["warm", "cold"]
-AggregateChoice = Aggregate
-EnergyChoice = Literal["total", "dynamic"]
-ContextChoice = Literal["replay", "alone"]
-"""Which per-call times of a CPU model's operators it composes: those timed in a replay of the
-model's call order where its newest run has one (``replay``), or those looped alone (``alone``)."""
-
-BETWEEN_OPS_WARN = 0.10
-"""Default share of the estimate above which the time between operators is a warning
-(``OPDB_ESTIMATE_BETWEEN_OPS_WARN``)."""
 
 
 @dataclass
@@ -287,21 +281,6 @@ class Estimate:
             "warnings": self.warnings,
             "notes": self.notes,
         }
-
-
-@dataclass(frozen=True)
-class EstimateOptions:
-    """The choices of one estimate (:func:`estimate_model` says what each does)."""
-
-    timing: TimingChoice = "eager"
-    energy: EnergyChoice = "total"
-    peaks: Peaks | Literal["best"] | None = None
-    aggregate: AggregateChoice = "latest"
-    cache_mode: CacheChoice = "warm"
-    between_ops_warn: float = BETWEEN_OPS_WARN
-    """Share of the estimate above which the time between operators is a warning."""
-    predicted: Predicted | None = None
-    context: ContextChoice = "replay"
 
 
 def estimate_model(

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.queries import CounterFigures
 from operator_db.errors import NotFoundError
-from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
+from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.roofline.bounds import Peaks
 from operator_db.roofline.chip_plot import RoofPoint
 from operator_db.roofline.model import plot_roofline, roofline_table

@@ -30,7 +30,6 @@ from operator_db.measure.energy import (
 from operator_db.measure.flags import Flag
 from operator_db.measure.nvtx import nvtx_probe
 from operator_db.measure.settings import MeasureSettings
-from operator_db.measure.stats import Summary, summarize
 from operator_db.measure.timing import (
     BlockTimer,
     Call,
@@ -43,6 +42,7 @@ from operator_db.measure.timing import (
     timing_of,
     warm_up_for,
 )
+from operator_db.stats import Summary, summarize
 
 GraphChoice = Literal["auto", "always", "never"]
 """When a target is timed as a CUDA graph too (see :class:`Target`)."""

@@ -19,7 +19,6 @@ import torch
 
 from operator_db.devices.base import Clock, Device
 from operator_db.errors import MeasurementError
-from operator_db.measure.stats import summarize
 from operator_db.measure.timing import (
     BlockTimer,
     Call,
@@ -28,6 +27,7 @@ from operator_db.measure.timing import (
     last_level_cache_bytes,
     warm_up,
 )
+from operator_db.stats import summarize
 
 MATMUL_DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,

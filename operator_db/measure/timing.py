@@ -23,8 +23,8 @@ from operator_db.errors import DeviceContextLostError, MeasurementError
 from operator_db.measure.flags import Flag
 from operator_db.measure.generator import repair_generator
 from operator_db.measure.settings import MeasureSettings
-from operator_db.measure.stats import Summary, summarize
 from operator_db.ops.build import first_line
+from operator_db.stats import Summary, summarize
 
 Call = Callable[[], object]
 """One call of what is measured, on inputs allocated once and reused."""

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.errors import InvalidInputError
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.predict.model import LEVEL, MIN_PER_OP, fit_predictor
 from operator_db.predict.store import training_data
 from operator_db.study.analysis.models import family_label

@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.report.columns import ESTIMATE_DISPLAY
 from operator_db.report.document import Document, display
 

@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.predict.mix import predicted_costs
 from operator_db.predict.model import interval_text
 from operator_db.predict.store import load_predictor

@@ -21,7 +21,8 @@ from operator_db.datasets.neusight.trace import match_nodes, read_trace
 from operator_db.db.models import DataSource, DeviceKind, FullModelRun, Measurement, Model
 from operator_db.db.models import OperatorConfig as Config
 from operator_db.db.store import Store
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.harvest import harvest
 from operator_db.specs import TensorSpec, load_spec, operator_key
 

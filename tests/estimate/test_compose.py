@@ -13,7 +13,8 @@ from operator_db.db.models import FullModelRun, Measurement, Model, OperatorConf
 from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
 from operator_db.errors import NotFoundError
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.roofline.bounds import Peaks
 from operator_db.specs import parse_spec
 from tests.helpers import linear_op, relu_op, result_row, spec_dict

@@ -12,7 +12,8 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Measurement, Model, OperatorConfig
 from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.harvest import harvest
 from operator_db.roofline.bounds import Peaks
 from operator_db.specs import TensorSpec, parse_spec

@@ -9,7 +9,8 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Host, Measurement, Model, OperatorConfig
 from operator_db.db.queries import get_or_create_device_kind
 from operator_db.db.store import Store
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.estimate.pipeline import Call, simulate
 from operator_db.specs import parse_spec
 from tests.helpers import linear_op, result_row, spec_dict

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from operator_db.db.store import Store
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.estimate.predicted import Predicted, PredictedCost
 from tests.estimate.test_compose import KIND, setup
 

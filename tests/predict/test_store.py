@@ -10,7 +10,8 @@ from operator_db.db import queries
 from operator_db.db.predictor_tables import Predictor as PredictorRow
 from operator_db.db.store import Store
 from operator_db.errors import InvalidInputError, NotFoundError
-from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
+from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.predict.evaluate import evaluate
 from operator_db.predict.mix import predicted_costs
 from operator_db.predict.store import load_predictor, train

@@ -11,7 +11,8 @@ from sqlalchemy import select
 
 from operator_db.db.models import OperatorConfig
 from operator_db.db.store import Store
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.estimate.significant import significance_priorities, significant_configs
 from operator_db.roofline.bounds import Peaks
 from operator_db.roofline.chips import find_chip

@@ -17,7 +17,8 @@ from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.devices.factory import open_device
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.estimate.rooflines import model_roofline
 from operator_db.measure.peaks import measure_peaks
 from operator_db.measure.settings import fast_settings

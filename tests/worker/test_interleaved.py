@@ -14,7 +14,8 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Job, Measurement, ModelOperator, OperatorConfig
 from operator_db.db.store import Store
 from operator_db.devices.fake import FakeDevice
-from operator_db.estimate.compose import EstimateOptions, estimate_model
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.harvest import harvest
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import fast_settings

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from operator_db.db import queries
 from operator_db.errors import OperatorDBError
-from operator_db.estimate.compose import Estimate, EstimateOptions, estimate_model
+from operator_db.estimate.compose import Estimate, estimate_model
+from operator_db.estimate.options import EstimateOptions
 from operator_db.predict.across.store import gpu_kinds, load, predicted_costs
 
 MIN_MEASURED = 0.5
