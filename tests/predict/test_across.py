@@ -189,6 +189,23 @@ def test_zero_shot_few_shot_and_own(across: Across, frame: pd.DataFrame) -> None
     assert set(own["mode"]) == {"own"}
 
 
+def test_predicting_many_kinds_at_once_gives_each_kind_s_figures(
+    across: Across, frame: pd.DataFrame
+) -> None:
+    rows = frame[frame["kind"] == TARGET].drop(columns=["kind"])
+    names = (TARGET, "NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA A100 80GB PCIe")
+    targets = [gpu_facts(n) for n in names]
+    assert all(t is not None for t in targets)
+    measured = {"NVIDIA A100 80GB PCIe": rows[rows["key"].isin(across.calibration["linear"])]}
+    many = across.predict_many(rows, targets, measured)  # type: ignore[arg-type]
+    for t in targets:
+        assert t is not None
+        one = across.predict(rows, t, measured.get(t.name))
+        pd.testing.assert_frame_equal(many[t.name], one, check_dtype=False)
+    assert set(many["Tesla T4"]["mode"].dropna()) == {"own", "moved"}
+    assert "few-shot" in set(many["NVIDIA A100 80GB PCIe"]["mode"])
+
+
 def test_an_operator_of_no_family_is_moved_from_the_nearest_gpu(
     across: Across, frame: pd.DataFrame
 ) -> None:

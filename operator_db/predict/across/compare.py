@@ -19,7 +19,7 @@ from operator_db.db import queries
 from operator_db.errors import OperatorDBError
 from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.options import EstimateOptions
-from operator_db.predict.across.store import gpu_kinds, load, predicted_costs
+from operator_db.predict.across.store import gpu_kinds, load, predicted_costs_many
 
 MIN_MEASURED = 0.5
 """Share of a model's calls a kind must have measured for its estimate to count as measured."""
@@ -108,14 +108,11 @@ def compare(
     found = load(session)
     done = {r.device_kind for r in rows}
     if found is not None:
-        for name in sorted(gpu_kinds(session)):
-            if name in done:
-                continue
-            try:
-                predicted = predicted_costs(session, model.name, name, found)
-            except OperatorDBError as exc:
+        names = sorted(n for n in gpu_kinds(session) if n not in done)
+        for name, predicted in predicted_costs_many(session, model.name, names, found).items():
+            if isinstance(predicted, OperatorDBError):
                 if on_error:
-                    on_error(name, str(exc))
+                    on_error(name, str(predicted))
                 continue
             est = _estimate(session, model.name, name, predicted)
             if est is None or not est.predicted:

@@ -200,38 +200,73 @@ def predicted_costs(
     """Return the cross-device per-call time of each configuration of ``model_name`` on a GPU.
 
     The GPU's own results of the families (if any) calibrate it (few-shot). ``found``: a model
-    already loaded (many kinds, one load).
+    already loaded.
 
     Raises:
         NotFoundError: unknown model, or no cross-device model was trained.
         InvalidInputError: the kind has no spec sheet the predictor can read.
     """
+    got = predicted_costs_many(session, model_name, [device_kind], found)[device_kind]
+    if isinstance(got, InvalidInputError):
+        raise got
+    return got
+
+
+def predicted_costs_many(
+    session: Session,
+    model_name: str,
+    device_kinds: Sequence[str],
+    found: tuple[Across, CrossPredictor] | None = None,
+) -> dict[str, Predicted | InvalidInputError]:
+    """Return :func:`predicted_costs` on each kind, by name, predicted together.
+
+    A kind the predictor cannot place (no spec sheet) gets the error that says why.
+
+    Raises:
+        NotFoundError: unknown model, or no cross-device model was trained.
+    """
     model = queries.get_model(session, model_name)
-    target = gpu_facts(device_kind)
-    if target is None:
-        raise InvalidInputError(
-            f"{device_kind} has no GPU spec sheet in the chips table (SMs, clocks, L2, compute "
-            "capability, power, memory type): the cross-device model cannot place it"
-        )
+    out: dict[str, Predicted | InvalidInputError] = {}
+    targets: list[GpuFacts] = []
+    for name in device_kinds:
+        target = gpu_facts(name)
+        if target is None:
+            out[name] = InvalidInputError(
+                f"{name} has no GPU spec sheet in the chips table (SMs, clocks, L2, compute "
+                "capability, power, memory type): the cross-device model cannot place it"
+            )
+        else:
+            targets.append(target)
+    if not targets:
+        return out
     across, row = found or require(session)
     configs = [mc.config for mc in queries.model_configs(session, model.id)]
     query = config_frame(configs)
     if query.empty:
-        return Predicted(time={}, source=describe(row, across, device_kind, set()))
-    kind = queries.find_device_kind(session, device_kind)
-    measured = pd.DataFrame()
-    if kind is not None and device_kind not in across.facts:
-        families = sorted(set(query["family"]))
-        keys = {k for f in families for k in across.calibration.get(f, [])}
-        ids = sorted(queries.config_ids_by_key(session, sorted(keys)).values()) if keys else []
-        measured = results_frame(session, [kind], ids) if ids else measured
-    out = across.predict(query, target, measured).join(query[["key"]])
-    out = out.dropna(subset=["ln"])
-    costs = {
-        str(r.key): PredictedCost(float(r.time_s), float(r.low), float(r.high))
-        for r in out.itertuples()
-    }
-    return Predicted(time=costs, source=describe(row, across, device_kind, set(out["mode"])))
+        out.update(
+            {
+                t.name: Predicted(time={}, source=describe(row, across, t.name, set()))
+                for t in targets
+            }
+        )
+        return out
+    measured: dict[str, pd.DataFrame] = {}
+    families = sorted(set(query["family"]))
+    keys = {k for f in families for k in across.calibration.get(f, [])}
+    ids = sorted(queries.config_ids_by_key(session, sorted(keys)).values()) if keys else []
+    for t in targets:
+        kind = queries.find_device_kind(session, t.name)
+        if kind is not None and t.name not in across.facts and ids:
+            measured[t.name] = results_frame(session, [kind], ids)
+    predicted = across.predict_many(query, targets, measured)
+    for t in targets:
+        done = predicted[t.name].join(query[["key"]]).dropna(subset=["ln"])
+        costs = {
+            str(r.key): PredictedCost(float(r.time_s), float(r.low), float(r.high))
+            for r in done.itertuples()
+        }
+        out[t.name] = Predicted(time=costs, source=describe(row, across, t.name, set(done["mode"])))
+    return out
 
 
 def evaluation_frame(session: Session) -> tuple[pd.DataFrame, dict[str, GpuFacts]]:

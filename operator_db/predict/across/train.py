@@ -91,6 +91,79 @@ class Across:
         with threadpool_limits(1):  # a few rows: threads only fight (10x slower on 2 cores)
             return self._predict(query, target, measured)
 
+    def predict_many(
+        self,
+        query: pd.DataFrame,
+        targets: Sequence[GpuFacts],
+        measured: Mapping[str, pd.DataFrame] | None = None,
+    ) -> dict[str, pd.DataFrame]:
+        """Return :meth:`predict` of ``query`` on each target, by name (the same figures).
+
+        ``measured``: each target's own results (``time_s``), where it has some. The targets
+        predicted zero-shot (no results of their own) are predicted together:
+        one call of a family's shared model for all of them and one of each source GPU's profile,
+        instead of both per target (a comparison across every kind: 15 kinds, 5 families); so
+        are training GPUs (their own offset and profile). A target with results of its own
+        (few-shot) is fitted to them alone.
+        """
+        from threadpoolctl import threadpool_limits
+
+        measured = measured or {}
+        out: dict[str, pd.DataFrame] = {}
+        batched: list[GpuFacts] = []
+        with threadpool_limits(1):
+            for t in targets:
+                mine = measured.get(t.name)
+                if mine is not None and not mine.empty:
+                    out[t.name] = self._predict(query, t, mine)  # few-shot: its own fit
+                else:
+                    batched.append(t)
+            if batched:
+                out.update(self._unfitted_many(query, batched))
+        return out
+
+    def _unfitted_many(
+        self, query: pd.DataFrame, targets: Sequence[GpuFacts]
+    ) -> dict[str, pd.DataFrame]:
+        """Predict targets without results given: zero-shot, or a training GPU's own."""
+        facts = {**self.facts, **{t.name: t for t in targets}}
+        stacked = pd.concat(
+            [query.assign(kind=t.name, _target=i) for i, t in enumerate(targets)],
+            ignore_index=True,
+        )
+        out = pd.DataFrame(index=stacked.index, columns=["ln", "low", "high", "mode", "source"])
+        for family, rows in stacked.groupby("family"):
+            model = self.families.get(str(family))
+            if model is None:
+                for i, part in rows.groupby("_target"):
+                    self._transfer(part, targets[int(i)], facts, out)
+                continue
+            sources = {
+                i: t.name if t.name in model.offsets else model.source_for(t, facts)
+                for i, t in enumerate(targets)
+            }
+            own = {i: t.name in model.offsets for i, t in enumerate(targets)}
+            source = rows["_target"].map(sources)
+            is_own = rows["_target"].map(own).to_numpy(bool)
+            ln = model.shared_ln(rows, facts) + source.map(model.offsets).to_numpy(np.float64)
+            ln = 0.5 * ln
+            for name, part in rows.groupby(source):
+                at = rows.index.get_indexer(part.index)
+                ln[at] += 0.5 * model.profile_ln(str(name), part, facts)
+            lo = np.where(is_own, model.few_interval[0], model.zero_interval[0])
+            hi = np.where(is_own, model.few_interval[1], model.zero_interval[1])
+            out.loc[rows.index, "ln"] = ln
+            out.loc[rows.index, "low"] = np.exp(ln + lo)
+            out.loc[rows.index, "high"] = np.exp(ln + hi)
+            out.loc[rows.index, "mode"] = np.where(is_own, "own", "zero-shot")
+            out.loc[rows.index, "source"] = source.to_numpy()
+        out["time_s"] = np.exp(out["ln"].astype(float))
+        result = {}
+        for i, t in enumerate(targets):
+            part = out[(stacked["_target"] == i).to_numpy()]
+            result[t.name] = part.set_axis(query.index)
+        return result
+
     def _predict(
         self, query: pd.DataFrame, target: GpuFacts, measured: pd.DataFrame | None
     ) -> pd.DataFrame:
