@@ -63,7 +63,19 @@ class MeasureSettings(BaseModel):
         description="A whole model is timed over at least this long (more blocks), in s, so a "
         "burst of machine noise cannot decide its median.",
     )
-    max_blocks: int = Field(default=200, ge=3, description="Upper bound on timed blocks.")
+    max_blocks: int = Field(default=1000, ge=3, description="Upper bound on timed blocks.")
+    tight_ratio: float = Field(
+        default=0.01,
+        ge=0,
+        description="Measure until tight: keep timing blocks (interleaved: rounds of the targets "
+        "not yet tight) until the 95 % interval of the median is within this share of it "
+        "(half-width / median), or tight_budget_s runs out (then flagged 'loose'). 0: off.",
+    )
+    tight_budget_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="The most seconds a job spends measuring until tight, past its blocks.",
+    )
     hollow_run: bool = Field(
         default=True,
         description="Time a full-model job's hollow run too (the time between operators an "

@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from operator_db.cli.common import DatabaseOption, console, open_store
 from operator_db.errors import NotFoundError
@@ -19,7 +17,6 @@ from operator_db.errors import NotFoundError
 if TYPE_CHECKING:  # SQLAlchemy (and matplotlib for plots) behind these: imported by the commands
     from sqlalchemy.orm import Session
 
-    from operator_db.estimate.compose import Estimate
 
 KindOption = Annotated[
     str | None,
@@ -56,124 +53,6 @@ def pick_kind(
         f"{model_name} is measured on several kinds; choose with --device-kind: "
         + ", ".join(sorted(kinds))
     )
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1%}"
-
-
-def _print_estimate(est: Estimate, top: int) -> None:
-    energy = "-" if est.energy_j is None else f"{est.energy_j * 1e3:.3f} mJ ({est.energy})"
-    run_energy = "-" if est.full_run_energy_j is None else f"{est.full_run_energy_j * 1e3:.3f} mJ"
-    head = Table(show_header=False, title=f"{est.model} ({est.mode}) on {est.device_kind}")
-    head.add_row("operators (Σ count × per-call)", f"{_ms(est.time_s)} ms, {energy}")
-    if est.predicted:
-        who = est.predictor or {}
-        by = (
-            f"cross-device model v{who.get('version')}, {who.get('mode')}, from "
-            + ", ".join(who.get("from_kinds") or [])
-            if who.get("method") == "across devices"
-            else f"predictor v{who.get('version')}, {who.get('samples')} configurations"
-        )
-        head.add_row(
-            "of which predicted",
-            f"{_ms(est.predicted_time_s)} ms: {est.predicted} configurations, "
-            f"{est.coverage_predicted:.1%} of calls ({escape(by)})",
-        )
-        level = who.get("level")
-        head.add_row(
-            f"{level:.0%} interval" if isinstance(level, float) else "interval",
-            f"{_ms(est.total_time_bounds_s[0])} – {_ms(est.total_time_bounds_s[1])} ms",
-        )
-    if est.host_time_s is not None:
-        head.add_row(
-            "host stage (issue: hollow run + modules)",
-            f"{_ms(est.host_time_s)} ms; the {est.bound_by} bounds the GPU pipeline",
-        )
-        head.add_row("estimate (pipeline)", f"{_ms(est.total_time_s)} ms")
-    elif est.between_ops_s is not None:
-        how = "added" if est.adds_between else "overlaps the GPU's work, not added"
-        share = est.between_ops_share
-        how += "" if share is None else f" ({share:.1%} of the estimate)"
-        head.add_row("between operators (hollow run)", f"{_ms(est.between_ops_s)} ms, {how}")
-        head.add_row("estimate", f"{_ms(est.total_time_s)} ms")
-    head.add_row("measured full model", f"{_ms(est.full_run_time_s)} ms, {run_energy}")
-    error = f"time {_pct(est.time_error)}, energy {_pct(est.energy_error)}"
-    if est.total_time_s != est.time_s:
-        error += f" (operators alone: time {_pct(est.operators_time_error)})"
-    head.add_row("error of the estimate", error)
-    head.add_row(
-        "coverage",
-        f"{est.coverage:.1%} of operator calls measured"
-        + (
-            ""
-            if est.coverage_roofline is None
-            else f", {est.coverage_roofline:.1%} of roofline-bound time"
-        ),
-    )
-    if est.roofline_time_s is not None and est.peaks is not None:
-        head.add_row("roofline bound", f"{_ms(est.roofline_time_s)} ms ({est.peaks.source})")
-    head.add_row(
-        "timing used",
-        (f"{est.timing} (CUDA graph where measured)" if est.timing == "graph" else "eager")
-        + (", in a replay of the model's calls" if est.context == "replay" else "")
-        + f", {est.cache_mode} caches",
-    )
-    console.print(head)
-    for warning in est.warnings:  # as loud as it gets: the figure is not what it seems
-        console.print(Text(f"warning: {warning}", style="bold yellow"))
-    ops = Table(
-        "operator",
-        "configs",
-        "calls",
-        "time (ms)",
-        "share",
-        "energy (mJ)",
-        "GFLOPs",
-        title="by operator type",
-    )
-    for r in est.op_rows:
-        ops.add_row(
-            str(r["op"]),
-            str(r["configs"]),
-            str(r["calls"]),
-            _ms(r["time_s"]),
-            "-" if r["time_share"] is None else f"{r['time_share']:.1%}",
-            "-" if r["energy_j"] is None else f"{r['energy_j'] * 1e3:.3f}",
-            f"{r['flops'] / 1e9:.3f}",
-        )
-    console.print(ops)
-    cfgs = Table(
-        "operator",
-        "inputs",
-        "count",
-        "per call (µs)",
-        "total (ms)",
-        "share",
-        "flags",
-        title=f"largest {top} configurations",
-    )
-    for r in est.ranked_config_rows()[:top]:
-        known = r["source"] is not None
-        mark = "~" if r["source"] == "predicted" else ""  # predicted, not measured
-        cfgs.add_row(
-            str(r["op"]),
-            str(r["inputs"]),
-            str(r["count"]),
-            "-" if not known else f"{mark}{r['time_per_call_s'] * 1e6:.1f}",
-            "-" if not known else mark + _ms(r["time_s"]),
-            "-" if not known or r["time_share"] is None else f"{r['time_share']:.1%}",
-            str(r["flags"] or ""),
-        )
-    console.print(cfgs)
-    if est.predicted:
-        console.print("~: predicted, not measured")
-    for note in est.notes:
-        console.print(f"note: {note}")
 
 
 def estimate(
@@ -265,7 +144,9 @@ def estimate(
         writer.writeheader()
         writer.writerows(est.config_rows)
     else:
-        _print_estimate(est, top)
+        from operator_db.cli.estimate_table import print_estimate
+
+        print_estimate(est, top)
 
 
 def roofline(

@@ -302,6 +302,18 @@ class _Result:
     time_mean_s: Mapped[float] = mapped_column(Float)
     time_iqr_s: Mapped[float] = mapped_column(Float)
     time_cv: Mapped[float] = mapped_column(Float)
+    time_low_s: Mapped[float | None] = mapped_column(Float)
+    time_high_s: Mapped[float | None] = mapped_column(Float)
+    """The confidence interval of ``time_median_s`` over the blocks, s: the exact
+    order-statistic interval of a median (``operator_db.stats.median_interval``); None where
+    the samples are not known (imported results, results from before revision 0013)."""
+    time_ci_level: Mapped[float | None] = mapped_column(Float)
+    """The coverage that interval holds (≥ 0.95 from 6 blocks on; less with fewer)."""
+    energy_low_j: Mapped[float | None] = mapped_column(Float)
+    energy_high_j: Mapped[float | None] = mapped_column(Float)
+    """The interval of ``energy_per_call_j`` over the energy trials, J (same method)."""
+    energy_ci_level: Mapped[float | None] = mapped_column(Float)
+    """The coverage of the energy interval (few trials: below 0.95, said so)."""
     trials: Mapped[int] = mapped_column(Integer, default=0)
     window_s: Mapped[float | None] = mapped_column(Float)
     calls_per_window: Mapped[int | None] = mapped_column(Integer)

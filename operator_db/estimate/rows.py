@@ -21,6 +21,7 @@ CONFIG_COLUMNS = [
     "time_per_call_s",
     "time_low_per_call_s",
     "time_high_per_call_s",
+    "time_ci_level",
     "time_s",
     "host_time_per_call_s",
     "energy_per_call_j",

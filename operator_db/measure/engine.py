@@ -21,6 +21,7 @@ import torch
 from operator_db.devices.base import Clock, Device, Sleep
 from operator_db.errors import MeasurementError
 from operator_db.measure.allocator import allocator_state
+from operator_db.measure.caches import cache_flush
 from operator_db.measure.energy import (
     EnergyTrial,
     energy_trial,
@@ -34,15 +35,15 @@ from operator_db.measure.timing import (
     BlockTimer,
     Call,
     Timing,
-    cache_flush,
     flagged,
     interleaved_calls,
+    is_tight,
     time_blocks,
     time_cuda_graph,
     timing_of,
     warm_up_for,
 )
-from operator_db.stats import Summary, summarize
+from operator_db.stats import LEVEL, Interval, Summary, median_interval, summarize
 
 GraphChoice = Literal["auto", "always", "never"]
 """When a target is timed as a CUDA graph too (see :class:`Target`)."""
@@ -75,6 +76,11 @@ class MeasureResult:
         """Statistics over trials of energy per call, in J."""
         values = [v for t in self.trials if (v := t.energy_per_call_j) is not None]
         return summarize(values) if values else None
+
+    def energy_interval(self, level: float = LEVEL) -> Interval | None:
+        """Return the median per-call energy over trials with its exact interval, J."""
+        values = [v for t in self.trials if (v := t.energy_per_call_j) is not None]
+        return median_interval(values, level) if values else None
 
     @property
     def dynamic_energy_per_call_j(self) -> float | None:
@@ -263,9 +269,13 @@ def measure_interleaved(
             # model's) more than on blocks of many (a small op's).
             targets[i].run()
             blocks[i].append(timer.block(targets[i].run, calls[i]))
-    eagers = [
-        flagged(timing_of("eager", calls[i], blocks[i]), settings) for i in range(len(targets))
-    ]
+    extra, spent = _until_tight(targets, calls, blocks, timer, settings, rng, clock)
+    eagers = []
+    for i in range(len(targets)):
+        timing = timing_of("eager", calls[i], blocks[i])
+        if not is_tight(timing, settings):
+            timing = dataclasses.replace(timing, flags=(Flag.LOOSE,))
+        eagers.append(flagged(timing, settings))
     graphs = [
         _graph_timing(t.run, e, timer, settings, t.graph)
         for t, e in zip(targets, eagers, strict=True)
@@ -285,10 +295,51 @@ def measure_interleaved(
                 provenance={
                     **result.provenance,
                     "interleaved": {"targets": len(targets), "rounds": settings.blocks},
+                    "until_tight": {
+                        "ratio": settings.tight_ratio,
+                        "rounds": extra,
+                        "seconds": round(spent, 3),
+                        "half_width": round(eagers[i].interval().half_width_ratio, 5),
+                    },
                 },
             )
         )
     return results
+
+
+def _until_tight(
+    targets: Sequence[Target],
+    calls: Sequence[int],
+    blocks: list[list[tuple[float, float | None]]],
+    timer: BlockTimer,
+    settings: MeasureSettings,
+    rng: random.Random,
+    clock: Clock,
+) -> tuple[int, float]:
+    """Run more rounds of the targets not yet tight, interleaved among themselves.
+
+    Until every target's 95 % interval is within ``tight_ratio`` of its median, ``tight_budget_s``
+    has passed or ``max_blocks`` rounds have run. Returns the rounds added and their seconds.
+    """
+    extra, spent = 0, 0.0
+    if settings.tight_ratio <= 0:
+        return extra, spent
+    while spent < settings.tight_budget_s and settings.blocks + extra < settings.max_blocks:
+        loose = [
+            i
+            for i in range(len(targets))
+            if not is_tight(timing_of("eager", calls[i], blocks[i]), settings)
+        ]
+        if not loose:
+            break
+        rng.shuffle(loose)
+        start = clock()
+        for i in loose:
+            targets[i].run()  # untimed first, as in the rounds before
+            blocks[i].append(timer.block(targets[i].run, calls[i]))
+        spent += (clock() - start) / 1e9
+        extra += 1
+    return extra, spent
 
 
 def _interleaved_trials(

@@ -31,6 +31,9 @@ class Flag(StrEnum):
     """The per-call time inside the energy windows differs from the eager median by more than
     ``window_time_tolerance`` (3 %): the device was in another regime (clocks, heat) while its
     energy was read (both figures: provenance ``window_time_differs``)."""
+    LOOSE = "loose"
+    """Measured until tight, the time budget ran out first: the interval's half-width is still
+    above ``tight_ratio`` of the median (how far: provenance ``until_tight``)."""
     INTERLEAVED = "interleaved"
     """Timed in rounds interleaved with the other targets of one model job."""
     INTERLEAVED_PARTIAL = "interleaved_partial"

@@ -19,14 +19,8 @@ import torch
 
 from operator_db.devices.base import Clock, Device
 from operator_db.errors import MeasurementError
-from operator_db.measure.timing import (
-    BlockTimer,
-    Call,
-    cache_levels,
-    calls_for,
-    last_level_cache_bytes,
-    warm_up,
-)
+from operator_db.measure.caches import cache_levels, last_level_cache_bytes
+from operator_db.measure.timing import BlockTimer, Call, calls_for, warm_up
 from operator_db.stats import summarize
 
 MATMUL_DTYPES: dict[str, torch.dtype] = {
@@ -278,7 +272,7 @@ def measure_peaks(
     last-level cache where that is larger, so that memory is measured and not the cache), counted
     as 2 x ``copy_bytes`` per call (read + write). On a CPU, each cache level from L2 down gets a
     copy of its own, whose buffers fill half of what the level holds for this process's cores
-    (:func:`~operator_db.measure.timing.cache_levels`): that level's roof.
+    (:func:`~operator_db.measure.caches.cache_levels`): that level's roof.
 
     Each kernel is warmed up for ``min_time_s / 4``, then timed as ``repeats`` blocks filling
     ``min_time_s`` together (CUDA events on a GPU; ``clock``, in ns, around ``synchronize()``

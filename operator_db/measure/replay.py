@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import torch
 
 from operator_db.ops.build import BuiltOp
+from operator_db.stats import Interval, median_interval, sum_of_medians_interval
 
 Clock = Callable[[], int]
 
@@ -146,6 +147,12 @@ class ReplayFigures:
     caught_up: int = 0
     """Marked passes in which the device caught up with the host despite the longest hold (their
     spans may include waits for the host); 0 on a synchronous device."""
+    per_call_interval_s: dict[str, tuple[float, float]] | None = None
+    """Per configuration key: the exact interval of its median per-call time over the passes,
+    s (``operator_db.stats.median_interval``)."""
+    total: Interval | None = None
+    """Σ count × per-call time of every configuration (one pass as the estimate composes it),
+    s, with its bootstrap interval over passes (``stats.sum_of_medians_interval``)."""
 
 
 def _first_tensor(value: object) -> torch.Tensor | None:
@@ -308,9 +315,10 @@ class Replay:
         """
         if not self._passes:
             raise ValueError("the replay has not run")
-        host = self._per_key([[t / 1e9 for t in p] for p in self._passes])
+        host_passes = [[t / 1e9 for t in p] for p in self._passes]
+        host = self._per_key(host_passes)
         if self._timer is None or not self._marked:
-            return self._figures(host, None, len(self._passes))
+            return self._figures(host, None, len(self._passes), host_passes)
         device: list[list[float]] = []
         for chunks in self._marked:
             spent = [0.0] * len(self._keys)
@@ -318,7 +326,7 @@ class Replay:
             for (i, _), span in zip(self._steps, spans, strict=True):
                 spent[i] += span
             device.append(spent)
-        return self._figures(self._per_key(device), host, len(self._marked))
+        return self._figures(self._per_key(device), host, len(self._marked), device)
 
     def _per_key(self, passes: list[list[float]]) -> dict[str, float]:
         """Median over passes of each configuration's time in the pass, per call."""
@@ -328,8 +336,17 @@ class Replay:
         }
 
     def _figures(
-        self, per_call: dict[str, float], host: dict[str, float] | None, passes: int
+        self,
+        per_call: dict[str, float],
+        host: dict[str, float] | None,
+        passes: int,
+        samples: list[list[float]],
     ) -> ReplayFigures:
+        """Return the figures; ``samples``: the passes the per-call times are the median of."""
+        intervals = {}
+        for i, key in enumerate(self._keys):
+            ci = median_interval([p[i] / self._counts[i] for p in samples])
+            intervals[key] = (ci.low, ci.high)
         return ReplayFigures(
             per_call,
             host,
@@ -338,6 +355,8 @@ class Replay:
             self._chained / self.calls if self.calls else 0.0,
             self.copies,
             self.caught_up,
+            intervals,
+            sum_of_medians_interval(samples),
         )
 
 

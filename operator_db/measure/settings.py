@@ -29,6 +29,7 @@ def fast_settings(**overrides: object) -> MeasureSettings:
         "max_gap_s": 0.0,
         "idle_window_s": 0.02,
         "cooldown_s": 0.0,
+        "tight_ratio": 0.0,
     }
     values.update(overrides)
     return MeasureSettings.model_validate(values)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -24,7 +22,7 @@ from operator_db.measure.flags import Flag
 from operator_db.measure.generator import repair_generator
 from operator_db.measure.settings import MeasureSettings
 from operator_db.ops.build import first_line
-from operator_db.stats import Summary, summarize
+from operator_db.stats import LEVEL, Interval, Summary, median_interval, summarize
 
 Call = Callable[[], object]
 """One call of what is measured, on inputs allocated once and reused."""
@@ -59,6 +57,10 @@ class Timing:
     def summary(self) -> Summary:
         """Statistics of the per-call times, in seconds."""
         return summarize(self.per_call_s)
+
+    def interval(self, level: float = LEVEL) -> Interval:
+        """Return the median per-call time with its exact confidence interval over blocks, s."""
+        return median_interval(self.per_call_s, level)
 
 
 def _cuda_event() -> torch.cuda.Event:
@@ -137,91 +139,6 @@ class BlockTimer:
     def block_s(self, run: Call, calls: int) -> float:
         """Run ``calls`` calls back to back; return their (device) duration in seconds."""
         return self.block(run, calls)[0]
-
-
-GPU_FLUSH_BYTES = 256 << 20
-"""Cold mode on a GPU: bytes written between calls (Triton's ``do_bench``; H100 L2 is 50 MB)."""
-CPU_FLUSH_FALLBACK_BYTES = 64 << 20
-"""Cold mode on a CPU whose last-level cache size cannot be read."""
-
-
-@dataclass(frozen=True)
-class CacheLevel:
-    """A CPU cache level as the cores of this process see it."""
-
-    level: int
-    capacity_bytes: int
-    """What the level holds for those cores: every instance they use, summed."""
-    instances: int
-    """Distinct instances of the level among the cores (L2: one per core; L3: one per CCX)."""
-
-
-def _size_bytes(text: str) -> int | None:
-    text = text.strip().upper()
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    digits = text.rstrip("KMG")
-    return int(digits) * scale if digits.isdigit() else None
-
-
-def cache_levels(
-    cpus: Iterable[int] | None = None, sysfs: str = "/sys/devices/system/cpu"
-) -> list[CacheLevel]:
-    """Return the data and unified cache levels the CPUs ``cpus`` use (default: this process's).
-
-    Read from Linux sysfs (``cpuN/cache/indexK``); a level shared by several of the CPUs (an L3)
-    counts once per instance. Empty where sysfs says nothing.
-    """
-    chosen = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
-    seen: dict[int, dict[str, int]] = {}
-    for cpu in chosen:
-        for index in sorted(Path(sysfs, f"cpu{cpu}", "cache").glob("index*")):
-            try:
-                kind = (index / "type").read_text().strip()
-                level = int((index / "level").read_text())
-                size = _size_bytes((index / "size").read_text())
-                shared = (index / "shared_cpu_list").read_text().strip()
-            except (OSError, ValueError):
-                continue
-            if kind == "Instruction" or size is None:
-                continue
-            seen.setdefault(level, {})[shared or str(cpu)] = size
-    return [
-        CacheLevel(level, sum(found.values()), len(found)) for level, found in sorted(seen.items())
-    ]
-
-
-def last_level_cache_bytes(sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
-    """Return the CPU's largest cache in bytes (Linux sysfs), or None where it cannot be read."""
-    sizes = []
-    for index in sorted(Path(sysfs).glob("index*")):
-        try:
-            size = _size_bytes((index / "size").read_text())
-        except OSError:
-            continue
-        if size is not None:
-            sizes.append(size)
-    return max(sizes) if sizes else None
-
-
-def cache_flush(device: Device, nbytes: int | None = None) -> Call:
-    """Return a call that flushes the device's caches by writing ``nbytes`` bytes.
-
-    Default size: :data:`GPU_FLUSH_BYTES` on a GPU, twice the last-level cache on a CPU. The
-    buffer is allocated once; each flush writes it whole (``zero_``), evicting what the last call
-    left in the caches.
-    """
-    dev = device.torch_device()
-    if nbytes is None:
-        if dev.type == "cuda":
-            nbytes = GPU_FLUSH_BYTES
-        else:
-            nbytes = 2 * (last_level_cache_bytes() or CPU_FLUSH_FALLBACK_BYTES // 2)
-    buffer = torch.empty(nbytes, dtype=torch.int8, device=dev)
-
-    def flush() -> object:
-        return buffer.zero_()
-
-    return flush
 
 
 _SIZING_TRIES = 5
@@ -327,7 +244,34 @@ def time_blocks(
         if timing.summary.iqr_ratio <= settings.unstable_iqr_ratio:
             break
     assert best is not None
-    return flagged(best, settings)
+    return flagged(until_tight(run, timer, settings, best), settings)
+
+
+def is_tight(timing: Timing, settings: MeasureSettings) -> bool:
+    """Whether the timing's 95 % interval is within ``tight_ratio`` of its median (or off)."""
+    return settings.tight_ratio <= 0 or timing.interval().half_width_ratio <= settings.tight_ratio
+
+
+def until_tight(run: Call, timer: BlockTimer, settings: MeasureSettings, timing: Timing) -> Timing:
+    """Add blocks to ``timing`` until it is tight, ``tight_budget_s`` or ``max_blocks``.
+
+    Loose at the end: flagged :attr:`Flag.LOOSE` (kept through :func:`flagged`).
+    """
+    if is_tight(timing, settings):
+        return timing
+    timed = list(
+        zip(timing.block_s, timing.host_block_s or [None] * len(timing.block_s), strict=True)
+    )
+    spent = 0.0
+    while spent < settings.tight_budget_s and len(timed) < settings.max_blocks:
+        for _ in range(max(1, len(timed) // 10)):  # check every tenth more: a median costs n log n
+            block = timer.block(run, timing.calls_per_block)
+            timed.append(block)
+            spent += block[0]
+        timing = timing_of("eager", timing.calls_per_block, timed)
+        if is_tight(timing, settings):
+            return timing
+    return dataclasses.replace(timing, flags=(Flag.LOOSE,))
 
 
 def timing_of(
@@ -352,7 +296,8 @@ def flagged(timing: Timing, settings: MeasureSettings) -> Timing:
         flags = (Flag.NOISY,)
     else:
         flags = ()
-    return dataclasses.replace(timing, flags=flags)
+    loose = (Flag.LOOSE,) if Flag.LOOSE in timing.flags else ()
+    return dataclasses.replace(timing, flags=flags + loose)
 
 
 GRAPH_MIN_TORCH = (2, 4)

@@ -90,6 +90,8 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
     """Map a measurement result (one timing method) to the shared result columns."""
     summary = timing.summary
     energy = result.energy_per_call if timing.method == "eager" else None
+    time_ci = timing.interval()
+    energy_ci = result.energy_interval() if energy is not None else None
     return {
         "dtype": dtype,
         "timing": timing.method,
@@ -101,6 +103,12 @@ def result_columns(result: MeasureResult, timing: Timing, dtype: str) -> dict[st
         "time_mean_s": summary.mean,
         "time_iqr_s": summary.iqr,
         "time_cv": summary.cv,
+        "time_low_s": time_ci.low,
+        "time_high_s": time_ci.high,
+        "time_ci_level": time_ci.level,
+        "energy_low_j": None if energy_ci is None else energy_ci.low,
+        "energy_high_j": None if energy_ci is None else energy_ci.high,
+        "energy_ci_level": None if energy_ci is None else energy_ci.level,
         "trials": len(result.trials) if energy is not None else 0,
         "window_s": (
             sum(t.window.duration_s for t in result.trials) / len(result.trials)
@@ -407,6 +415,13 @@ def _replay_column(replay: Replay, result: MeasureResult, ids: dict[str, int]) -
         "host_per_call_s": None
         if figures.host_per_call_s is None
         else {str(ids[key]): s for key, s in figures.host_per_call_s.items()},
+        "per_call_low_s": None
+        if figures.per_call_interval_s is None
+        else {str(ids[key]): lo for key, (lo, _) in figures.per_call_interval_s.items()},
+        "per_call_high_s": None
+        if figures.per_call_interval_s is None
+        else {str(ids[key]): hi for key, (_, hi) in figures.per_call_interval_s.items()},
+        "total": None if figures.total is None else figures.total.as_dict(),
         "time_s": result.eager.summary.median,
         "passes": figures.passes,
         "calls": figures.calls,

@@ -8,10 +8,10 @@ import pytest
 
 from operator_db.devices.fake import FakeDevice
 from operator_db.measure import engine
+from operator_db.measure.caches import cache_flush, last_level_cache_bytes
 from operator_db.measure.energy import idle_power_w
 from operator_db.measure.engine import Target, measure, measure_interleaved
 from operator_db.measure.settings import fast_settings
-from operator_db.measure.timing import cache_flush, last_level_cache_bytes
 from operator_db.stats import quantile, summarize
 
 

@@ -76,6 +76,21 @@ class Figure:
     source_id: int | None = None
     """The data set the figure was imported from (``data_sources.id``; names by
     :func:`operator_db.db.queries.data_source_names`); None: operator-db's own measurement."""
+    time_low_s: float | None = None
+    time_high_s: float | None = None
+    """The confidence interval of ``time_median_s``, s (revision 0013; with ``median``, the
+    median of the results' ends); None where unknown (imported results, older ones)."""
+    time_ci_level: float | None = None
+    """The coverage of that interval (the lowest of the results')."""
+    energy_low_j: float | None = None
+    energy_high_j: float | None = None
+    energy_ci_level: float | None = None
+    """The interval of ``energy_per_call_j`` over its trials, J, and its coverage."""
+    replay_interval_s: dict[int, tuple[float, float]] | None = None
+    """Whole models: per configuration id, the interval of its per-call time in the replay, s."""
+    replay_total: dict[str, Any] | None = None
+    """Whole models: the replay's Σ count × per-call time with its bootstrap interval over
+    passes (``stats.Interval.as_dict``); None without one."""
 
 
 FigureKey = tuple[int, int, str]
@@ -97,6 +112,29 @@ def _replay_figures(replay: Any, field: str = "per_call_s") -> dict[int, float] 
     if not isinstance(replay, dict) or not isinstance(replay.get(field), dict):
         return None
     return {int(k): float(v) for k, v in replay[field].items()}
+
+
+def _replay_intervals(replay: Any) -> dict[int, tuple[float, float]] | None:
+    """Return a stored replay's per-configuration intervals by id (None without them)."""
+    lows, highs = (
+        _replay_figures(replay, "per_call_low_s"),
+        _replay_figures(replay, "per_call_high_s"),
+    )
+    if lows is None or highs is None:
+        return None
+    return {i: (lo, highs[i]) for i, lo in lows.items() if i in highs}
+
+
+def _replay_total(replay: Any) -> dict[str, Any] | None:
+    """Return a stored replay's total with its interval (``stats.Interval.as_dict``), or None."""
+    total = replay.get("total") if isinstance(replay, dict) else None
+    return total if isinstance(total, dict) else None
+
+
+def _min_or_none(values: list[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return min(v for v in values if v is not None)
 
 
 def _median_replay(replays: list[Any], field: str = "per_call_s") -> dict[int, float] | None:
@@ -136,6 +174,14 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
                 host_id=newest.host_id,
                 idle_power_w=newest.idle_power_w,
                 source_id=newest.source_id,
+                time_low_s=newest.time_low_s,
+                time_high_s=newest.time_high_s,
+                time_ci_level=newest.time_ci_level,
+                energy_low_j=newest.energy_low_j,
+                energy_high_j=newest.energy_high_j,
+                energy_ci_level=newest.energy_ci_level,
+                replay_interval_s=_replay_intervals(newest.replay),
+                replay_total=_replay_total(newest.replay),
             )
             continue
         out[key] = Figure(
@@ -153,6 +199,12 @@ def _aggregate(rows: Iterable[Any], how: Aggregate) -> dict[FigureKey, Figure]:
             replay_per_call_s=_median_replay([r.replay for r in results]),
             replay_host_per_call_s=_median_replay([r.replay for r in results], "host_per_call_s"),
             source_id=results[0].source_id if len({r.source_id for r in results}) == 1 else None,
+            time_low_s=_median_or_none([r.time_low_s for r in results]),
+            time_high_s=_median_or_none([r.time_high_s for r in results]),
+            time_ci_level=_min_or_none([r.time_ci_level for r in results]),
+            energy_low_j=_median_or_none([r.energy_low_j for r in results]),
+            energy_high_j=_median_or_none([r.energy_high_j for r in results]),
+            energy_ci_level=_min_or_none([r.energy_ci_level for r in results]),
         )
     return out
 
@@ -235,6 +287,12 @@ def _figure_query(
         table.idle_power_w,
         table.flags,
         table.source_id,
+        table.time_low_s,
+        table.time_high_s,
+        table.time_ci_level,
+        table.energy_low_j,
+        table.energy_high_j,
+        table.energy_ci_level,
         *model_only,
     )
     cache_mode = bindparam("cache_mode", type_=String())
