@@ -104,6 +104,10 @@ class FakeDevice(Device):
         self.has_power = has_power
         self.clock_event_reasons = clock_event_reasons
         self.temperature_c = temperature_c
+        self.sm_clock_mhz = 1980
+        """The SM clock its telemetry says (MHz); lower it to simulate a clock drop."""
+        self.other_pids: list[int] = []
+        """Other processes on the device, as its context telemetry lists them."""
         self.violation_us: dict[str, int] = dict(violation_us or {})
         self._period_ns = round(update_period_s * 1e9)
         self._lag_ns = round(counter_lag_s * 1e9)
@@ -276,7 +280,7 @@ class FakeDevice(Device):
         return self._power_probe()
 
     def telemetry(self) -> Telemetry:
-        """Return fixed clocks (1980/2619 MHz), ``temperature_c``, 700 W and the set reasons.
+        """Return ``sm_clock_mhz`` (1980 MHz), 2619 MHz, ``temperature_c``, 700 W and the reasons.
 
         Raises:
             OperatorDBError: a failure set with ``fail_on`` or ``fail_next``.
@@ -284,7 +288,7 @@ class FakeDevice(Device):
         self._check("telemetry")
         return Telemetry(
             timestamp_us=self.timestamp_us(),
-            sm_clock_mhz=1980,
+            sm_clock_mhz=self.sm_clock_mhz,
             mem_clock_mhz=2619,
             temperature_c=self.temperature_c,
             power_limit_w=700.0,
@@ -304,8 +308,12 @@ class FakeDevice(Device):
         return dict(self.violation_us)
 
     def context_telemetry(self) -> dict[str, Any]:
-        """Return a fixed, plausible snapshot."""
-        return {"gpu_utilization_pct": 0, "memory_used_bytes": 0, "processes": []}
+        """Return a plausible snapshot: idle, with ``other_pids`` as the device's processes."""
+        return {
+            "gpu_utilization_pct": 0,
+            "memory_used_bytes": 0,
+            "processes": [{"pid": pid} for pid in self.other_pids],
+        }
 
 
 def _check_op(op: str) -> str:

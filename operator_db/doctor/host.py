@@ -10,6 +10,7 @@ from typing import Any
 
 from operator_db.config import Settings
 from operator_db.db.migrate import schema_status
+from operator_db.devices.noise import HostReader, quiet_window
 from operator_db.doctor.report import Check, fail, ok, warn
 from operator_db.errors import DatabaseError, MeasurementError
 from operator_db.measure.backends import pin_backends
@@ -132,3 +133,26 @@ def database_check(url: str, *, auto_upgrade_sqlite: bool) -> Check:
             "database", title, value, "upgraded on first use (or `opdb db upgrade`)", **data
         )
     return fail("database", title, value, "run `opdb db upgrade`", **data)
+
+
+def quiet_check(reader: HostReader, seconds: float, device_type: str) -> Check:
+    """Read the host, idle, over ``seconds``: warn where something would move the figures.
+
+    CPU steal, other processes' load, a clock drop, thermal throttling; on a GPU its clocks,
+    heat and other processes (``devices/noise.py``). A job measured under these is flagged
+    ``host_noisy``.
+    """
+    reasons, data = quiet_window(seconds, reader)
+    seen = ", ".join(
+        f"{k} {v}" for k, v in data.items() if k in ("steal", "other_cpus", "gpu_sm_mhz")
+    )
+    if reasons:
+        advice = (
+            "stop other work on the host (and the GPU); on a VM, a host with dedicated vCPUs; "
+            "results measured now are flagged host_noisy"
+        )
+        return warn("host_quiet", "host quiet", "; ".join(reasons), advice, **data)
+    where = "host and GPU" if device_type == "gpu" else "host"
+    return ok(
+        "host_quiet", "host quiet", f"nothing moved the {where} over {seconds:g} s ({seen})", **data
+    )

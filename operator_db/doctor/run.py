@@ -21,6 +21,7 @@ from operator_db.devices.base import Clock, Device, Sleep
 from operator_db.devices.cpu import POWERCAP_ROOT, CpuDevice
 from operator_db.devices.cuda import cuda_unavailable_reason
 from operator_db.devices.factory import fake_from_settings, parse_device_spec
+from operator_db.devices.noise import HostReader
 from operator_db.devices.nvidia import NvidiaDevice
 from operator_db.doctor import cpu, energy, host, nvidia
 from operator_db.doctor.energy import Workload
@@ -54,6 +55,9 @@ class DoctorOptions:
     powercap_root: Path = POWERCAP_ROOT
     euid: Callable[[], int] = os.geteuid
     nvml: Any = None
+    noise_window_s: float = 1.0
+    """How long the host is read, idle, for what would move a measurement's figures (s)."""
+    noise_reader: Callable[[Device], HostReader] = HostReader.for_device
 
 
 def _open_nvidia(index: int, options: DoctorOptions) -> NvidiaDevice:
@@ -194,6 +198,9 @@ def _window_rows(device: Device, settings: Settings, options: DoctorOptions) -> 
 def device_checks(device: Device, settings: Settings, options: DoctorOptions) -> list[Check]:
     """Every check of an open device, in table order; an error ends that part in a fail row."""
     rows = guarded("device", "device", lambda: _device_rows(device, settings, options), "")
+    rows.append(
+        host.quiet_check(options.noise_reader(device), options.noise_window_s, device.device_type)
+    )
     readings_ok = all(r.status != "fail" for r in rows)
     if readings_ok and energy_unavailable(device) is None:
         rows += guarded(

@@ -30,6 +30,7 @@ from operator_db.estimate.rows import (
     between_warnings,
     by_op,
     coverage_warnings,
+    noisy_host_warnings,
     source_notes,
     sum_if_all_known,
     sum_known,
@@ -178,6 +179,7 @@ def estimate_model(
     opaque_rows = [r for r in records if r["form"] == "opaque"]
     opaque = len(opaque_rows)
     warnings = coverage_warnings(coverage, coverage_roofline, unmeasured, opaque_rows)
+    warnings += noisy_host_warnings(records, run.flags if run is not None else [])
     if energy_total is None and len(energies):
         notes.append("energy unavailable for some configurations: no energy estimate")
     hollow_host = run.hollow_host_time_s if run is not None else None

@@ -171,3 +171,25 @@ def count_sources(records: list[dict[str, Any]]) -> dict[str, int]:
         if r["source"] is not None:
             out[r["source"]] = out.get(r["source"], 0) + 1
     return out
+
+
+HOST_NOISY = "host_noisy"
+"""The flag of a result measured while the host was noisy (``measure.flags.Flag.HOST_NOISY``)."""
+
+
+def noisy_host_warnings(rows: list[dict[str, Any]], run_flags: Iterable[str]) -> list[str]:
+    """Warn where figures were measured on a noisy host (flag ``host_noisy``), saying which."""
+    keys = [r["op"] for r in rows if HOST_NOISY in str(r.get("flags") or "").split(",")]
+    run = HOST_NOISY in set(run_flags)
+    if not keys and not run:
+        return []
+    what = []
+    if keys:
+        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        what.append(f"{len(keys)} configurations ({shown})")
+    if run:
+        what.append("the model's run")
+    return [
+        f"measured on a noisy host (flag {HOST_NOISY}): {' and '.join(what)}; their figures "
+        "may be off (the results' provenance says why: steal, other load, clocks)"
+    ]

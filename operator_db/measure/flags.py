@@ -31,6 +31,10 @@ class Flag(StrEnum):
     """The per-call time inside the energy windows differs from the eager median by more than
     ``window_time_tolerance`` (3 %): the device was in another regime (clocks, heat) while its
     energy was read (both figures: provenance ``window_time_differs``)."""
+    HOST_NOISY = "host_noisy"
+    """The host was noisy while the job ran: CPU steal, other processes' load, a clock drop,
+    thermal throttling, or on a GPU its clocks, heat or other processes (which and how much:
+    provenance ``host_noise``; ``devices/noise.py``)."""
     LOOSE = "loose"
     """Measured until tight, the time budget ran out first: the interval's half-width is still
     above ``tight_ratio`` of the median (how far: provenance ``until_tight``)."""

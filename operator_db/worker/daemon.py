@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -26,11 +26,13 @@ from operator_db.db import queries, queue
 from operator_db.db.models import Host, Job, JobStatus, utcnow
 from operator_db.db.store import Store
 from operator_db.devices.base import Device
+from operator_db.devices.noise import HostReader, NoiseMonitor
 from operator_db.errors import DatabaseError, DeviceContextLostError, OperatorDBError
 from operator_db.measure.allocator import retain_freed_memory
 from operator_db.measure.backends import backends_state, pin_backends
 from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.measure.energy import energy_unavailable, idle_power_w
+from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
 from operator_db.worker.execute import Executor, JobInfo, execute_job
 
@@ -46,6 +48,7 @@ EventKind = Literal[
     "idle",
     "db_error",
     "context_lost",
+    "noisy",
 ]
 
 COOLDOWN_STEP_S = 0.25
@@ -99,6 +102,11 @@ class WorkerOptions:
     """Consecutive database failures before the worker gives up."""
     model_ids: frozenset[int] | None = None
     """Take only these models' jobs (their runs and their configurations'); None: any job."""
+    watch_noise: bool = True
+    """Read the host (steal, other load, clocks; a GPU's clocks, heat, other processes) while
+    each job runs, and flag its results ``host_noisy`` with the reasons (``devices/noise.py``)."""
+    noise_reader: Callable[[Device], HostReader] = HostReader.for_device
+    """What reads the host for ``watch_noise`` (tests give a fake)."""
 
 
 class _Heartbeat:
@@ -151,6 +159,7 @@ class Worker:
         self.executor = executor
         self.on_event = on_event or (lambda _e: None)
         self.stop_event = threading.Event()
+        self._noise: NoiseMonitor | None = None
         self._sleep = sleep or (lambda s: self.stop_event.wait(s) and None)
         self.kind_id: int | None = None
         self.host_id: int | None = None
@@ -231,6 +240,17 @@ class Worker:
             self.allocator = retain_freed_memory()
         kind_id = self.register()
         self._measures_energy = self.settings.energy and energy_unavailable(self.device) is None
+        if self.options.watch_noise:
+            self._noise = NoiseMonitor(self.options.noise_reader(self.device)).start()
+        try:
+            return self._loop(kind_id)
+        finally:
+            if self._noise is not None:
+                self._noise.stop()
+                self._noise = None
+
+    def _loop(self, kind_id: int) -> WorkerStats:
+        """Claim and work jobs until stopped, idle or ``max_jobs`` (see :meth:`run`)."""
         stats = self.stats = WorkerStats()
         taken = 0
         db_failures = 0
@@ -328,11 +348,19 @@ class Worker:
                 assert row is not None
                 job = JobInfo.of(row)
             pin_backends(self.settings, self.threads)
+            monitor = self._noise
+            since = monitor.mark() if monitor is not None else None
             with _Heartbeat(self.store, job_id, owner, self.options.lease_s, every) as beat:
                 rows = self.executor(self.store, job, self.device, self.settings, self._idle_power)
                 # An asynchronous CUDA error surfaces here, in the job that caused it, rather
                 # than in the next job's first CUDA call.
                 self.device.synchronize()
+            noise: tuple[list[str], dict[str, Any]] = ([], {})
+            if monitor is not None:
+                monitor.mark()
+                noise = monitor.reasons(since)
+            if noise[0]:
+                self._emit("noisy", f"{target}: {'; '.join(noise[0])}", job_id)
             # What the job ran under: the pinned flags, unless its model code changed them.
             backends = backends_state()
             with self.store.transaction() as session:
@@ -343,7 +371,13 @@ class Worker:
                     return
                 for result_row in rows:
                     result_row.host_id = self.host_id
-                    result_row.provenance = {**(result_row.provenance or {}), "backends": backends}
+                    result_row.provenance = {
+                        **(result_row.provenance or {}),
+                        "backends": backends,
+                        **({"host_noise": {"reasons": noise[0], **noise[1]}} if monitor else {}),
+                    }
+                    if noise[0]:
+                        result_row.flags = sorted({*(result_row.flags or []), Flag.HOST_NOISY})
                     session.add(result_row)
             stats.done += 1
             self._emit("done", target, job_id)
