@@ -21,6 +21,7 @@ from operator_db.cli import predict as predict_cli
 from operator_db.cli.across import compare
 from operator_db.cli.common import err_console
 from operator_db.cli.demo import demo
+from operator_db.cli.diff import diff
 from operator_db.cli.doctor import doctor
 from operator_db.cli.estimate import chips, estimate, peaks, roofline
 from operator_db.cli.harvest import harvest
@@ -60,6 +61,7 @@ app.command()(measure)
 app.command("jobs")(jobs_status)
 app.command()(estimate)
 app.command()(compare)
+app.command()(diff)
 app.command()(roofline)
 app.command()(peaks)
 app.command()(chips)

@@ -29,6 +29,7 @@ from operator_db.db.queries.devices import (
     list_hosts,
     sole_device_kind,
 )
+from operator_db.db.queries.history import Result, results_of
 from operator_db.db.queries.models import (
     ConfigCost,
     ModelConfig,
@@ -106,6 +107,8 @@ __all__ = [
     "imported_kernels",
     "kind_config_work",
     "add_results",
+    "Result",
+    "results_of",
     "data_source_names",
     "data_sources",
     "get_or_update_data_source",
