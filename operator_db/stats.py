@@ -4,14 +4,12 @@
 - :class:`Interval`: a figure with its confidence interval, the level it holds and how it was
   made, as torch.utils.benchmark's ``Measurement`` carries its own statistics.
 - :func:`median_interval`: the exact distribution-free interval of a median from its samples
-  (order statistics: no assumption of normality, no resampling, the same answer every time);
-  :func:`sum_of_medians_interval`: a replay's Σ of per-configuration medians, bootstrapped over
-  its passes.
+  (order statistics: no assumption of normality, no resampling, the same answer every time).
 - :func:`sum_interval`, :func:`error_interval`: an estimate Σ c·x and its error against a
   measured figure, each with an interval combined from its parts' (see their docstrings for the
   rules and their assumptions; docs/measurement.md, "Intervals").
 
-Pure Python (numpy only inside the bootstrap): every layer may use it (docs/architecture.md).
+Pure Python: every layer may use it (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -190,50 +188,6 @@ def median_interval(samples: Sequence[float], level: float = LEVEL) -> Interval:
         max(ordered[n - k], median),
         held if n > 1 else 0.0,
         "median, order statistics (exact)",
-        n,
-    )
-
-
-def sum_of_medians_interval(
-    rows: Sequence[Sequence[float]],
-    level: float = LEVEL,
-    *,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> Interval:
-    """Return Σ over columns of each column's median, with a bootstrap interval over rows.
-
-    ``rows``: one row per pass of a replay (a sample of every column at the same moment: the
-    time of each configuration in that pass). Resampling whole rows keeps what moves the columns
-    together (a slower machine for a moment slows every call of the pass), which an interval per
-    column, summed as if independent, would miss. Percentile interval of ``resamples`` resamples,
-    seeded: the same answer every time. (numpy, imported here only.)
-
-    Raises:
-        ValueError: no rows.
-    """
-    import numpy as np
-
-    x = np.asarray(rows, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError("no samples")
-    value = float(np.median(x, axis=0).sum())
-    n = x.shape[0]
-    if n < 2:
-        return Interval(value, value, value, 0.0, "sum of medians, bootstrap", n)
-    rng = np.random.default_rng(seed)
-    totals = np.empty(resamples)
-    for start in range(0, resamples, 200):  # chunks bound the memory: 200 × n × columns
-        stop = min(start + 200, resamples)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        totals[start:stop] = np.median(x[idx], axis=1).sum(axis=1)
-    lo, hi = np.quantile(totals, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(
-        value,
-        min(float(lo), value),
-        max(float(hi), value),
-        level,
-        "sum of medians, bootstrap over passes (percentile)",
         n,
     )
 

@@ -4,8 +4,8 @@ Every measured figure carries the interval of its median (``operator_db.stats``;
 this module composes them the way the estimate composes the figures:
 
 - **operators timed in a replay of the model's calls**: one interval for their whole sum, the
-  replay's own (bootstrapped over its passes, which keeps the drift that moves every call of a
-  pass together);
+  replay's own (the exact interval of its median pass, which holds whatever moved every call
+  of a pass together);
 - **operators timed alone**: count × each one's interval, summed in quadrature (their jobs' noise
   independent of one another);
 - **predicted operators**: each at its predictor's interval, summed linearly (one predictor's
@@ -41,7 +41,7 @@ class Noise:
     exact_rows: int
     """Measured configurations whose figure has no interval (taken as exact)."""
     replay: bool
-    """Whether the replayed operators took the replay's bootstrap interval."""
+    """Whether the replayed operators took the replay's interval of its median pass."""
 
 
 def _row_interval(r: Mapping[str, Any], level: float) -> Interval | None:

@@ -102,7 +102,7 @@ class Estimate:
     """GPU, a spec with its call order: the two stages simulated over the calls in order
     (``estimate/pipeline.py``); None elsewhere (then ``max(host, device)``)."""
     replay_total: dict[str, Any] | None = None
-    """The model run's replay total with its bootstrap interval (``estimate/noise.py``)."""
+    """The model run's replay total (its median pass) with its interval (``noise.py``)."""
     full_run_interval: Interval | None = None
     """The measured run's time with its interval, s (exact where none was stored)."""
 
@@ -273,10 +273,15 @@ class Estimate:
             "full_run_source": self.full_run_source,
             "sources": self.sources,
             "time_error": self.time_error,
-            "time_interval": None if self.time_interval is None else self.time_interval.as_dict(),
+            "time_interval": None
+            if self.time_interval is None
+            else finite_values(self.time_interval.as_dict()),
+            "full_run_interval": None
+            if self.full_run_interval is None
+            else finite_values(self.full_run_interval.as_dict()),
             "time_error_interval": None
             if self.time_error_interval is None
-            else self.time_error_interval.as_dict(),
+            else finite_values(self.time_error_interval.as_dict()),
             "within_noise": None
             if self.time_error_interval is None
             else self.time_error_interval.holds(0.0),

@@ -218,6 +218,10 @@ class Target:
     """CUDA-graph timing: ``auto`` where a call is fast enough, ``always`` (a whole model,
     captured once as one graph), ``never`` (a hollow run or a replay, whose Python and timers a
     graph would not replay)."""
+    tight: bool = True
+    """Measure it until tight after the rounds (``tight_ratio``); False: its rounds only (an
+    operator whose looped-alone time no estimate of the job composes, where a replay times it
+    in context)."""
 
 
 def measure_interleaved(
@@ -273,7 +277,7 @@ def measure_interleaved(
     eagers = []
     for i in range(len(targets)):
         timing = timing_of("eager", calls[i], blocks[i])
-        if not is_tight(timing, settings):
+        if targets[i].tight and not is_tight(timing, settings):
             timing = dataclasses.replace(timing, flags=(Flag.LOOSE,))
         eagers.append(flagged(timing, settings))
     graphs = [
@@ -318,8 +322,9 @@ def _until_tight(
 ) -> tuple[int, float]:
     """Run more rounds of the targets not yet tight, interleaved among themselves.
 
-    Until every target's 95 % interval is within ``tight_ratio`` of its median, ``tight_budget_s``
-    has passed or ``max_blocks`` rounds have run. Returns the rounds added and their seconds.
+    Until every target's 95 % interval is within ``tight_ratio`` of its median (those with
+    ``tight``), ``tight_budget_s`` has passed or ``max_blocks`` rounds have run. Returns the
+    rounds added and their seconds.
     """
     extra, spent = 0, 0.0
     if settings.tight_ratio <= 0:
@@ -328,7 +333,7 @@ def _until_tight(
         loose = [
             i
             for i in range(len(targets))
-            if not is_tight(timing_of("eager", calls[i], blocks[i]), settings)
+            if targets[i].tight and not is_tight(timing_of("eager", calls[i], blocks[i]), settings)
         ]
         if not loose:
             break

@@ -14,17 +14,21 @@ calls of a spec (``Spec.calls``) in the model's order, as the model would, and t
   the residual adds read older outputs, their own inputs there);
 - per pass, the time of every call (``time.perf_counter_ns`` around it: a CPU is synchronous).
 
-Each configuration's in-context cost is the median over passes of its calls' time in the pass
-divided by its calls per pass. On a 2-vCPU CPU at 2 threads this moved the estimate of ResNet-50
-b1 from −12.9 % of the model (operators looped alone) to +0.6 %, MobileNetV2 b1's from −26.1 % to
-+1.1 % and BERT-base b1's from −15.9 % to −1.0 % (``bench/bench_replay.py``; docs/measurement.md,
-"Replay in the model's order").
+Each configuration's in-context cost is its share of the median pass (by its mean time in a
+pass), divided by its calls per pass: the configurations compose to the median pass, which a
+model's median run compares with (until 2026-11-26: each configuration's own median, whose sum
+fell 2–7 % below the median pass on a noisy host). On a 2-vCPU CPU at 2 threads the replay
+(with each configuration's own median) moved the estimate of ResNet-50 b1 from −12.9 % of the
+model (operators looped alone) to +0.6 %, MobileNetV2 b1's from −26.1 % to +1.1 % and
+BERT-base b1's from −15.9 % to −1.0 % (``bench/bench_replay.py``; docs/measurement.md, "Replay
+in the model's order").
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +38,7 @@ from typing import Any, Protocol
 import torch
 
 from operator_db.ops.build import BuiltOp
-from operator_db.stats import Interval, median_interval, sum_of_medians_interval
+from operator_db.stats import Interval, median_interval
 
 Clock = Callable[[], int]
 
@@ -131,8 +135,8 @@ class ReplayFigures:
     """What a replay measured: each configuration's in-context time, and how faithful it was."""
 
     per_call_s: dict[str, float]
-    """Per configuration key: median over passes of its time per call inside the replay, in s
-    (on an asynchronous device, its device time between marks)."""
+    """Per configuration key: its time per call inside the replay, in s — its share (by its mean
+    time in a pass) of the median pass (on an asynchronous device, device time between marks)."""
     host_per_call_s: dict[str, float] | None
     """With a device timer (a GPU): per key, the host's median time to issue one call in the
     replay, in s — the host stage in context; None on a synchronous device."""
@@ -148,11 +152,10 @@ class ReplayFigures:
     """Marked passes in which the device caught up with the host despite the longest hold (their
     spans may include waits for the host); 0 on a synchronous device."""
     per_call_interval_s: dict[str, tuple[float, float]] | None = None
-    """Per configuration key: the exact interval of its median per-call time over the passes,
-    s (``operator_db.stats.median_interval``)."""
+    """Per configuration key: its per-call time's interval, s (the total's, relatively)."""
     total: Interval | None = None
-    """Σ count × per-call time of every configuration (one pass as the estimate composes it),
-    s, with its bootstrap interval over passes (``stats.sum_of_medians_interval``)."""
+    """Σ count × per-call time of every configuration: the median pass, s, with its exact
+    interval over the passes (``operator_db.stats.median_interval``)."""
 
 
 def _first_tensor(value: object) -> torch.Tensor | None:
@@ -318,7 +321,7 @@ class Replay:
         host_passes = [[t / 1e9 for t in p] for p in self._passes]
         host = self._per_key(host_passes)
         if self._timer is None or not self._marked:
-            return self._figures(host, None, len(self._passes), host_passes)
+            return self._figures(self._shares(host_passes), None, len(self._passes), host_passes)
         device: list[list[float]] = []
         for chunks in self._marked:
             spent = [0.0] * len(self._keys)
@@ -326,12 +329,30 @@ class Replay:
             for (i, _), span in zip(self._steps, spans, strict=True):
                 spent[i] += span
             device.append(spent)
-        return self._figures(self._per_key(device), host, len(self._marked), device)
+        return self._figures(self._shares(device), host, len(self._marked), device)
 
     def _per_key(self, passes: list[list[float]]) -> dict[str, float]:
         """Median over passes of each configuration's time in the pass, per call."""
         return {
             key: statistics.median(p[i] for p in passes) / self._counts[i]
+            for i, key in enumerate(self._keys)
+        }
+
+    def _shares(self, passes: list[list[float]]) -> dict[str, float]:
+        """Each configuration's per-call time as its share of the median pass, s.
+
+        The median pass (its calls' times summed) is what the model's median run compares
+        with: each pass, like each run of the model, holds whatever interrupted it. It is split
+        by each configuration's mean time in a pass (means add up; medians of skewed times do
+        not: their sum fell 2–7 % below the median pass on a noisy 2-vCPU host), so that the
+        configurations' per-call times compose to the median pass exactly.
+        """
+        totals = [math.fsum(p) for p in passes]
+        median = statistics.median(totals)
+        means = [math.fsum(p[i] for p in passes) / len(passes) for i in range(len(self._keys))]
+        whole = math.fsum(means)
+        return {
+            key: (median * means[i] / whole if whole > 0 else 0.0) / self._counts[i]
             for i, key in enumerate(self._keys)
         }
 
@@ -342,11 +363,16 @@ class Replay:
         passes: int,
         samples: list[list[float]],
     ) -> ReplayFigures:
-        """Return the figures; ``samples``: the passes the per-call times are the median of."""
-        intervals = {}
-        for i, key in enumerate(self._keys):
-            ci = median_interval([p[i] / self._counts[i] for p in samples])
-            intervals[key] = (ci.low, ci.high)
+        """Return the figures; ``samples``: the passes ``per_call`` shares the median of.
+
+        The total's interval is the exact interval of the median pass; each configuration's
+        is its per-call time moved by the total's relative interval.
+        """
+        total = median_interval([math.fsum(p) for p in samples])
+        total = replace(total, method="median of passes, order statistics (exact)")
+        lo = total.low / total.value if total.value > 0 else 1.0
+        hi = total.high / total.value if total.value > 0 else 1.0
+        intervals = {key: (v * lo, v * hi) for key, v in per_call.items()}
         return ReplayFigures(
             per_call,
             host,
@@ -356,7 +382,7 @@ class Replay:
             self.copies,
             self.caught_up,
             intervals,
-            sum_of_medians_interval(samples),
+            total,
         )
 
 

@@ -34,6 +34,7 @@ ESTIMATE_DISPLAY: Columns = [
     ("total_time_s", "estimate (ms)", num(1e3)),
     ("full_run_time_s", "measured (ms)", num(1e3)),
     ("time_error", "error", signed_percent),
+    ("error_interval", "error's interval", text),
     ("alone_error", "looped alone", signed_percent),
     ("context", "operators timed", text),
     ("bound_by", "bound by", text),

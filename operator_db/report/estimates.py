@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.orm import Session
 
-from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.options import EstimateOptions
 from operator_db.report.columns import ESTIMATE_DISPLAY
 from operator_db.report.document import Document, display
@@ -25,6 +25,7 @@ ESTIMATE_COLUMNS = [
     "total_time_s",
     "full_run_time_s",
     "time_error",
+    "error_interval",
     "alone_error",
     "context",
     "bound_by",
@@ -55,6 +56,7 @@ def estimate_table(session: Session, pairs: Iterable[tuple[str, str]]) -> pd.Dat
                 "total_time_s": est.total_time_s,
                 "full_run_time_s": est.full_run_time_s,
                 "time_error": est.time_error,
+                "error_interval": _interval(est),
                 "alone_error": alone.time_error,
                 "context": "in the replay" if est.context == "replay" else "looped alone",
                 "bound_by": est.bound_by or "",
@@ -69,6 +71,15 @@ def estimate_table(session: Session, pairs: Iterable[tuple[str, str]]) -> pd.Dat
     return pd.DataFrame.from_records(records, columns=ESTIMATE_COLUMNS)
 
 
+def _interval(est: Estimate) -> str:
+    """Return the error's 95 % interval as text, and whether it is within noise ("" without)."""
+    iv = est.time_error_interval
+    if iv is None or not iv.high > iv.low:
+        return ""
+    verdict = "within noise" if iv.holds(0.0) else "beyond noise"
+    return f"{iv.low:+.1%} … {iv.high:+.1%} ({iv.level:.0%}), {verdict}"
+
+
 def estimates_section(doc: Document, table: pd.DataFrame) -> None:
     """Write the estimates of the measured models against their measured runs."""
     doc.heading("Estimates against the measured models")
@@ -81,6 +92,8 @@ def estimates_section(doc: Document, table: pd.DataFrame) -> None:
         "GPU the host and the device simulated over the calls in order (host and device busy "
         "times, synchronizing calls, the CPU the host stage was measured on). *Looped alone* is "
         "the error of the same model composed from its operators timed alone (docs/estimates.md). "
+        "*Error's interval*: the error with both sides' noise (95 %): within noise where it "
+        "holds 0 (docs/measurement.md, 'Intervals'). "
         "*Figures from* counts the configurations by where their figure comes from: `measured` "
         "(operator-db's own), a data set's name (imported with `opdb import`: measured by others, "
         "with their method; docs/datasets.md), `predicted`; *run from* says the same of the "

@@ -89,7 +89,7 @@ class Figure:
     replay_interval_s: dict[int, tuple[float, float]] | None = None
     """Whole models: per configuration id, the interval of its per-call time in the replay, s."""
     replay_total: dict[str, Any] | None = None
-    """Whole models: the replay's Σ count × per-call time with its bootstrap interval over
+    """Whole models: the replay's Σ count × per-call time (its median pass) with its interval over
     passes (``stats.Interval.as_dict``); None without one."""
 
 
