@@ -36,6 +36,7 @@ from operator_db.devices.factory import open_device
 from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.options import EstimateOptions
 from operator_db.specs import load_spec
+from operator_db.stats import format_percent
 from operator_db.worker.daemon import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,16 +173,16 @@ def _print(
             cells += [
                 _ms(e.total_time_s),
                 _ms(e.full_run_time_s),
-                _pct(e.time_error),
+                _with_interval(e),
                 _pct(run.alone[i].time_error),
             ]
         print(f"| {est.model} | " + " | ".join(cells) + " |")
     print()
     print(
         "| threads | operators | models | median absolute error | worst | "
-        "operators alone (no time between): median |"
+        "operators alone (no time between): median | within noise |"
     )
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for run in runs:
         for label, estimates in (("in a replay", run.estimates), ("looped alone", run.alone)):
             errors = [abs(e.time_error) for e in estimates if e.time_error is not None]
@@ -189,16 +190,28 @@ def _print(
                 abs(e.operators_time_error) for e in estimates if e.operators_time_error is not None
             ]
             if not errors:
-                print(f"| {run.label} | {label} | 0 | - | - | - |")
+                print(f"| {run.label} | {label} | 0 | - | - | - | - |")
                 continue
+            quiet = sum(
+                1 for e in estimates if (iv := e.time_error_interval) is not None and iv.holds(0.0)
+            )
             print(
                 f"| {run.label} | {label} | {len(errors)} | {statistics.median(errors):.1%} | "
-                f"{max(errors):.1%} | {statistics.median(ops):.1%} |"
+                f"{max(errors):.1%} | {statistics.median(ops):.1%} | {quiet}/{len(errors)} |"
             )
 
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def _with_interval(est: Estimate) -> str:
+    """Return the error with its 95 % interval, and whether it is within noise."""
+    iv = est.time_error_interval
+    if iv is None or not iv.high > iv.low:
+        return _pct(est.time_error)
+    verdict = "within noise" if iv.holds(0.0) else "beyond noise"
+    return f"{format_percent(iv)}, {verdict}"
 
 
 def _pct(value: float | None) -> str:

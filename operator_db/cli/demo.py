@@ -28,6 +28,8 @@ def example_specs_dir() -> Path:
 
 DEMO_STUDY = ("mlp", "ftransformer", "mobilenetv2")
 """The models of the demo's small study (from the ``cpu`` set): the quickest three."""
+STUDY_TIGHT_S = 5.0
+"""The study's runs are measured until tight for at most this long each, s (the demo: ~3 min)."""
 
 
 def demo(
@@ -56,7 +58,8 @@ def demo(
     """Harvest MODEL, ingest it and the example specs, measure it here, estimate, plot, report.
 
     Then a small study (``opdb study``) of three more models measured whole, so that the report
-    has batch sizes, correlations, forward:backward and layer pies to show.
+    has batch sizes, correlations, forward:backward and layer pies to show (each run measured
+    until tight for at most ``STUDY_TIGHT_S``).
     """
     from operator_db.cli.estimate import estimate, peaks, roofline
     from operator_db.cli.work import measure
@@ -106,9 +109,16 @@ def demo(
     console.rule(f"7. a small study: {', '.join(DEMO_STUDY)} whole, at batch 1, 2, 4 and training")
     names = [name]
     if study_models:
-        with open_store(db) as store, open_device(device, settings=get_settings()) as dev:
+        settings = get_settings()
+        # Its runs illustrate the report's analyses: measured until tight for STUDY_TIGHT_S at
+        # most (flagged `loose` beyond), so that the demo ends in about three minutes.
+        brief = settings.measure.model_copy(
+            update={"tight_budget_s": min(settings.measure.tight_budget_s, STUDY_TIGHT_S)}
+        )
+        settings = settings.model_copy(update={"measure": brief})
+        with open_store(db) as store, open_device(device, settings=settings) as dev:
             items = plan(get_set("cpu"), models=list(DEMO_STUDY))
-            studied = run_study(store, dev, items, out / "study", get_settings())
+            studied = run_study(store, dev, items, out / "study", settings)
         console.print(
             f"{studied.count('measured')} runs measured, {studied.count('stored')} stored before, "
             f"{studied.count('failed')} failed, in {studied.seconds:.0f} s"

@@ -197,7 +197,15 @@ def measure(
         trials = energy_trials(
             run, device, settings, eager.summary.median, sleep=sleep, rng=rng, clock=clock
         )
-    return _result(eager, graph_timing, trials, reason, device, settings, idle_power)
+    result = _result(eager, graph_timing, trials, reason, device, settings, idle_power)
+    if settings.tight_ratio <= 0:
+        return result
+    tight = {
+        "ratio": settings.tight_ratio,
+        "blocks": len(eager.block_s),
+        "half_width": round(eager.interval().half_width_ratio, 5),
+    }
+    return dataclasses.replace(result, provenance={**result.provenance, "until_tight": tight})
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,30 @@ def test_each_call_is_timed_and_figures_are_per_call_medians() -> None:
     assert figures.copies == 1
 
 
+def test_the_configurations_compose_to_the_median_pass() -> None:
+    """An interruption in one call of a pass counts as it does in a run of the model."""
+    linear = build_op(OperatorSpec.model_validate(linear_op(8, 8, batch=2)))
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    # Per pass (lin, relu) in µs: lin is interrupted in 2 of 5 passes, relu in 2 others.
+    spans = [(10, 5), (30, 5), (10, 5), (10, 25), (30, 25)]
+    ticks = iter(
+        itertools.accumulate(t * 1000 for pass_ in spans for call in pass_ for t in (0, call))
+    )
+    replay = Replay([("lin", linear), ("relu", relu)], clock=lambda: next(ticks))
+    with torch.no_grad():
+        for _ in spans:
+            replay()
+    figures = replay.figures()
+    # Pass totals 15, 35, 15, 35, 55 µs: median 35 µs, split by mean times 18 and 13 µs.
+    assert figures.per_call_s["lin"] == pytest.approx(35e-6 * 18 / 31)
+    assert figures.per_call_s["relu"] == pytest.approx(35e-6 * 13 / 31)
+    assert sum(figures.per_call_s.values()) == pytest.approx(35e-6)  # its medians: 10 + 5
+    assert figures.total is not None and figures.total.value == pytest.approx(35e-6)
+    assert (figures.total.low, figures.total.high) == pytest.approx((15e-6, 55e-6))  # n = 5
+    low, high = figures.per_call_interval_s["lin"]  # type: ignore[index]
+    assert low / figures.per_call_s["lin"] == pytest.approx(15 / 35)
+
+
 def test_a_call_reads_the_previous_output_and_each_position_has_its_own_weights() -> None:
     linear = build_op(OperatorSpec.model_validate(linear_op(8, 8, batch=2)))
     replay = Replay([("lin", linear), ("lin", linear)])
