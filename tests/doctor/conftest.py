@@ -21,6 +21,17 @@ def _restore_torch() -> Iterator[None]:
     pin_backends(MeasureSettings(), threads)
 
 
+@pytest.fixture(autouse=True)
+def _quiet_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host reads quiet at once: the doctor's checks here are not about this machine's load
+    (``host_quiet`` itself is tested in tests/devices/test_noise.py)."""
+    import operator_db.doctor.host as doctor_host
+
+    monkeypatch.setattr(
+        doctor_host, "quiet_window", lambda *a, **k: ([], {"steal": 0.0, "other_cpus": 0.0})
+    )
+
+
 @pytest.fixture
 def cuda(host: SimHost, monkeypatch: pytest.MonkeyPatch) -> SimCuda:
     """torch.cuda on the simulated host, with a CUDA build's version string."""

@@ -49,6 +49,7 @@ def test_readable_rapl_gives_its_period_and_idle_power(
         "device",
         "threads",
         "energy_counter",
+        "host_quiet",
         "idle_power",
         "allocator",
         "measurable",

@@ -83,6 +83,7 @@ def test_fake_device_every_check_runs_and_passes(tmp_path: Path) -> None:
         "energy_counter",
         "power",
         "clock_events",
+        "host_quiet",
         "idle_power",
         "agreement_idle",
         "agreement_load",

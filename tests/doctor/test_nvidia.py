@@ -94,6 +94,7 @@ def test_nvidia_host_every_check(
         "power_limit",
         "clock_lock",
         "clock_events",
+        "host_quiet",
         "idle_power",
         "agreement_idle",
         "agreement_load",
