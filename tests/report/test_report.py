@@ -56,7 +56,7 @@ def test_markdown_report(store: Store, tmp_path: Path) -> None:
     # The estimates as `opdb estimate` composes them, against the same run (no replay stored:
     # the operators looped alone, as the measured-models table has them).
     estimates = text.split("## Estimates against the measured models\n\n", 1)[1]
-    assert f"| mlp-b4 | {CPU} | 1.8 | 2 | -10.0 % | -10.0 % | looped alone |" in estimates
+    assert f"| mlp-b4 | {CPU} | 1.8 | 2 | -10.0 % |  | -10.0 % | looped alone |" in estimates
     # The batch table: the gain of batch 8 over batch 1 on the CPU.
     assert f"| mlp | {CPU} | 8 | mlp-b8 | 4 | 0.5 | 2000 | 2.00 |" in text
     assert "- mlp: module:operator_db.examples:mlp · B×16\n" in text

@@ -175,7 +175,7 @@ def test_model_configuration_job_click_through(site: Site, page: Page, shots: Pa
     row = page.locator(f'#side-by-side tr[data-kind="{kind}"]')
     assert _cell(row, "total_time_s") == fmt.si(estimate["total_time_s"], "s")
     assert _cell(row, "full_run_time_s") == fmt.si(estimate["full_run_time_s"], "s")
-    assert _cell(row, "time_error") == fmt.percent(estimate["time_error"], signed=True)
+    assert _cell(row, "time_error") == _error_text(estimate)
     assert _cell(row, "energy_j") == fmt.si(estimate["energy_j"], "J")
     assert _cell(row, "coverage") == fmt.percent(estimate["coverage"])
     assert page.locator("#side-by-side tbody tr").count() == len(KINDS)
@@ -282,7 +282,7 @@ def test_models_model_and_configuration_say_where_figures_come_from(
         assert _cell(row, "total_time_s") == fmt.si(estimate["total_time_s"], "s")
         assert _cell(row, "full_run_time_s") == fmt.si(estimate["full_run_time_s"], "s")
         assert _cell(row, "full_run_source") == fmt.source(estimate["full_run_source"])
-        assert _cell(row, "time_error") == fmt.percent(estimate["time_error"], signed=True)
+        assert _cell(row, "time_error") == _error_text(estimate)
         assert _cell(row, "coverage") == fmt.percent(estimate["coverage"])
         shown = _cell(row, "sources")
         for source, n in estimate["sources"].items():
@@ -359,6 +359,17 @@ def test_an_unknown_model_is_a_404_page(site: Site, browser: Any) -> None:
     assert "no-such-model" in tab.locator("p.error").inner_text()
     assert not errors
     context.close()
+
+
+def _error_text(estimate: dict[str, Any]) -> str:
+    """The model page's error cell: the error, and its interval where it has one."""
+    error = fmt.percent(estimate["time_error"], signed=True)
+    iv = estimate["time_error_interval"]
+    if iv is not None and iv["low"] is not None and iv["high"] > iv["low"]:  # with its noise
+        ends = f"{fmt.percent(iv['low'], signed=True)} … {fmt.percent(iv['high'], signed=True)}"
+        error += f" ({ends}, {fmt.percent(iv['level'])})"
+        error += " within noise" if estimate["within_noise"] else ""
+    return str(error)
 
 
 def _cell(row: Any, field: str) -> str:
