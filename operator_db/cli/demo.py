@@ -28,7 +28,7 @@ def example_specs_dir() -> Path:
 
 DEMO_STUDY = ("mlp", "ftransformer", "mobilenetv2")
 """The models of the demo's small study (from the ``cpu`` set): the quickest three."""
-STUDY_TIGHT_S = 5.0
+STUDY_TIGHT_S = 2.0
 """The study's runs are measured until tight for at most this long each, s (the demo: ~3 min)."""
 
 
