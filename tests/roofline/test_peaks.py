@@ -20,7 +20,7 @@ from operator_db.devices.cpu import CpuDevice
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import MeasurementError, SpecError
 from operator_db.measure import peaks as mp
-from operator_db.measure.timing import cache_levels
+from operator_db.measure.caches import cache_levels
 from operator_db.roofline import bounds as rl
 from operator_db.roofline import chips as chip_table
 from operator_db.roofline import peaks as p
