@@ -7,6 +7,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
+from api.schemas_noise import IntervalOut
 from operator_db.db.models import as_utc
 from operator_db.db.queries.devices import KIND_NAME_PATTERN
 from operator_db.roofline.chips import MemoryType
@@ -143,17 +144,6 @@ class PredictorOut(BaseModel):
     library: dict[str, Any]
 
 
-class IntervalOut(BaseModel):
-    """A figure with its confidence interval (``operator_db.stats.Interval``)."""
-
-    value: float | None
-    low: float | None = Field(description="Low end; null where infinite (too few samples).")
-    high: float | None = Field(description="High end; null where infinite.")
-    level: float = Field(description="The coverage it holds (e.g. 0.95).")
-    method: str = Field(description="How it was made: order statistics, bootstrap, a sum …")
-    n: int | None = Field(default=None, description="Samples it rests on; null: combined.")
-
-
 class EstimateOut(BaseModel):
     """A model's composed cost on a device kind (times in s, energies in J)."""
 
@@ -202,26 +192,15 @@ class EstimateOut(BaseModel):
     )
     time_error: float | None
     time_interval: IntervalOut | None = Field(
-        default=None,
-        description="total_time_s with its 95 % interval: the measured figures' own intervals "
-        "(a replay's bootstrap over its passes; operators alone in quadrature) and predicted "
-        "ones' (linearly) combined (docs/measurement.md, 'Intervals').",
+        default=None, description="total_time_s with its 95 % interval (measurement.md)."
     )
-    full_run_interval: IntervalOut | None = Field(
-        default=None, description="full_run_time_s with its interval over its blocks."
-    )
+    full_run_interval: IntervalOut | None = Field(default=None, description="The run's, the same.")
     time_error_interval: IntervalOut | None = Field(
-        default=None,
-        description="time_error with its 95 % interval, both sides' noise combined on the log "
-        "scale; where it holds 0 the difference is within noise.",
+        default=None, description="time_error with both sides' noise: holding 0, within noise."
     )
-    within_noise: bool | None = Field(
-        default=None, description="Whether time_error_interval holds 0; null without one."
-    )
+    within_noise: bool | None = Field(default=None, description="time_error_interval holds 0.")
     figures_without_interval: int | None = Field(
-        default=None,
-        description="Measured configurations whose figure has no interval (imported, or "
-        "measured before intervals were kept): taken as exact.",
+        default=None, description="Measured figures without an interval, taken as exact."
     )
     operators_time_error: float | None
     energy_error: float | None
