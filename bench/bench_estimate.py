@@ -36,7 +36,7 @@ from operator_db.devices.factory import open_device
 from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.options import EstimateOptions
 from operator_db.specs import load_spec
-from operator_db.stats import format_percent
+from operator_db.stats import describe_error
 from operator_db.worker.daemon import Worker, WorkerOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,8 +210,7 @@ def _with_interval(est: Estimate) -> str:
     iv = est.time_error_interval
     if iv is None or not iv.high > iv.low:
         return _pct(est.time_error)
-    verdict = "within noise" if iv.holds(0.0) else "beyond noise"
-    return f"{format_percent(iv)}, {verdict}"
+    return describe_error(iv)
 
 
 def _pct(value: float | None) -> str:

@@ -263,6 +263,16 @@ def within_noise(interval: Interval, reference: float = 0.0) -> bool:
     return interval.holds(reference)
 
 
+def noise_verdict(interval: Interval, reference: float = 0.0) -> str:
+    """Return ``within noise`` where the interval holds ``reference``, else ``beyond noise``."""
+    return "within noise" if within_noise(interval, reference) else "beyond noise"
+
+
+def describe_error(interval: Interval) -> str:
+    """Return e.g. ``−9.5 % (−14.0 … −5.0 %, 95 %), beyond noise`` for an error's interval."""
+    return f"{format_percent(interval)}, {noise_verdict(interval)}"
+
+
 def format_percent(interval: Interval) -> str:
     """Return e.g. ``−9.5 % (−14.0 … −5.0 %, 95 %)`` for an interval of a ratio."""
 

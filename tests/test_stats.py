@@ -9,10 +9,12 @@ import pytest
 
 from operator_db.stats import (
     Interval,
+    describe_error,
     error_interval,
     exact,
     format_percent,
     median_interval,
+    noise_verdict,
     sum_interval,
     within_noise,
 )
@@ -81,3 +83,5 @@ def test_error_interval_combines_both_sides() -> None:
 def test_format_percent() -> None:
     iv = Interval(-0.095, -0.14, -0.05, 0.95, "t")
     assert format_percent(iv) == "−9.5 % (−14.0 … −5.0 %, 95 %)"
+    assert describe_error(iv) == "−9.5 % (−14.0 … −5.0 %, 95 %), beyond noise"
+    assert noise_verdict(Interval(0.01, -0.02, 0.03, 0.95, "t")) == "within noise"

@@ -32,13 +32,12 @@ def _ms_range(interval: Interval | None) -> str:
 
 def _error(est: Estimate) -> str:
     """Return the time error with its interval and whether it is within noise."""
-    from operator_db.stats import format_percent
+    from operator_db.stats import describe_error
 
     iv = est.time_error_interval
     if iv is None or iv.high <= iv.low:
         return _pct(est.time_error)
-    verdict = "within noise" if iv.holds(0.0) else "beyond noise"
-    return f"{format_percent(iv)}, {verdict}"
+    return describe_error(iv)
 
 
 def print_estimate(est: Estimate, top: int) -> None:

@@ -18,6 +18,7 @@ from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.options import EstimateOptions
 from operator_db.report.columns import ESTIMATE_DISPLAY
 from operator_db.report.document import Document, display
+from operator_db.stats import noise_verdict
 
 ESTIMATE_COLUMNS = [
     "model",
@@ -76,8 +77,7 @@ def _interval(est: Estimate) -> str:
     iv = est.time_error_interval
     if iv is None or not iv.high > iv.low:
         return ""
-    verdict = "within noise" if iv.holds(0.0) else "beyond noise"
-    return f"{iv.low:+.1%} … {iv.high:+.1%} ({iv.level:.0%}), {verdict}"
+    return f"{iv.low:+.1%} … {iv.high:+.1%} ({iv.level:.0%}), {noise_verdict(iv)}"
 
 
 def estimates_section(doc: Document, table: pd.DataFrame) -> None:
