@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.queries import Result
 from operator_db.errors import InvalidInputError, NotFoundError
-from operator_db.stats import Interval, error_interval, exact, median_interval
+from operator_db.estimate.noise import run_interval
+from operator_db.stats import Interval, error_interval, median_interval
 
 THRESHOLD = 0.01
 """A change smaller than this share is no change, even beyond noise (criterion's 1 %)."""
@@ -136,18 +137,13 @@ def pick(results: list[Result], selector: str) -> Result:
 
 def time_of(result: Result) -> Interval:
     """Return a result's median time with its interval (from its samples where not stored)."""
-    if result.time_low_s is not None and result.time_high_s is not None:
-        return Interval(
-            result.time_median_s,
-            result.time_low_s,
-            result.time_high_s,
-            result.time_ci_level or 0.95,
-            "median, order statistics (exact)",
-            len(result.samples) or None,
-        )
-    if len(result.samples) > 1:
+    if (result.time_low_s is None or result.time_high_s is None) and len(result.samples) > 1:
         return median_interval(result.samples)
-    return exact(result.time_median_s, "no samples: taken as exact")
+    found = run_interval(
+        result.time_median_s, result.time_low_s, result.time_high_s, result.time_ci_level
+    )
+    assert found is not None  # a stored result always has its median
+    return found
 
 
 def compare_results(session: Session, query: ChangeQuery) -> Change:
