@@ -76,3 +76,25 @@ def test_interleaved_rounds_extend_only_the_targets_measured_until_tight() -> No
     )
     assert extra > 0 and len(blocks[0]) == 20 + extra and len(blocks[1]) == 20
     assert spent > 0 and (extra + settings.blocks >= settings.max_blocks or spent >= 0.2)
+
+
+def test_added_rounds_keep_every_tight_target_in_step() -> None:
+    """A target already tight keeps running beside a loose one: both see the same moments."""
+    settings = fast_settings(tight_ratio=0.01, tight_budget_s=0.2, max_blocks=60)
+    rng = random.Random(3)
+    timer = Blocks(iter(lambda: 1e-3 * rng.choice([1.0, 1.3]), None))
+    targets = [Target("model", lambda: None), Target("replay", lambda: None)]
+    blocks: list[list[tuple[float, float | None]]] = [
+        [(1e-3, None), (1.3e-3, None)] * 10,  # loose: two states
+        [(1e-3, None)] * 20,  # tight already
+    ]
+    extra, _ = _until_tight(
+        targets,
+        [1, 1],
+        blocks,
+        timer,  # type: ignore[arg-type]
+        settings,
+        random.Random(0),
+        itertools.count(0, 1_000_000).__next__,
+    )
+    assert extra > 0 and len(blocks[0]) == len(blocks[1]) == 20 + extra
