@@ -7,9 +7,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
-from api.schemas_noise import IntervalOut
+from api.schemas_names import KindName
 from operator_db.db.models import as_utc
-from operator_db.db.queries.devices import KIND_NAME_PATTERN
 from operator_db.roofline.chips import MemoryType
 
 T = TypeVar("T")
@@ -144,110 +143,14 @@ class PredictorOut(BaseModel):
     library: dict[str, Any]
 
 
-class EstimateOut(BaseModel):
-    """A model's composed cost on a device kind (times in s, energies in J)."""
-
-    model: str
-    device_kind: str
-    mode: str
-    timing: str
-    pipeline: dict[str, float | int | str] | None = None
-    """GPU, a spec with its call order: the two stages simulated over the calls in order."""
-    host_cpu: str | None = None
-    """GPU: the CPU of the host whose run gave the host stage."""
-    static_energy_j: float | None = None
-    """The static part of the total energy: idle power × the estimated time, J."""
-    context: str = "alone"
-    """``replay`` where some configurations' times come from a replay of the model's calls."""
-    energy: str
-    cache_mode: str = Field(description="warm or cold: which results are composed.")
-    time_s: float
-    between_ops_s: float | None
-    between_ops_share: float | None = Field(
-        description="The time between operators as a share of total_time_s, where it is added "
-        "to it (a CPU); null elsewhere."
-    )
-    host_time_s: float | None = Field(
-        description="GPU: the host's stage of the pipeline estimate (issue time), in s."
-    )
-    bound_by: str | None = Field(
-        description="GPU: which stage bounds the estimate, 'device' or 'host'; null elsewhere."
-    )
-    total_time_s: float
-    energy_j: float | None
-    coverage: float
-    coverage_roofline: float | None
-    unmeasured: int
-    opaque: int
-    full_run_time_s: float | None
-    full_run_energy_j: float | None
-    full_run_source: str | None = Field(
-        description=f"Where full_run_time_s comes from: {SOURCE}; null without a run."
-    )
-    sources: dict[str, int] = Field(
-        description="Configurations per source of their figure: 'measured' (operator-db's own), "
-        "a data set's name (imported: measured by others, with their method, never passed for "
-        "operator-db's own), 'predicted' (predict=true); configurations without a figure are "
-        "not counted."
-    )
-    time_error: float | None
-    time_interval: IntervalOut | None = Field(
-        default=None, description="total_time_s with its 95 % interval (measurement.md)."
-    )
-    full_run_interval: IntervalOut | None = Field(default=None, description="The run's, the same.")
-    time_error_interval: IntervalOut | None = Field(
-        default=None, description="time_error with both sides' noise: holding 0, within noise."
-    )
-    within_noise: bool | None = Field(default=None, description="time_error_interval holds 0.")
-    figures_without_interval: int | None = Field(
-        default=None, description="Measured figures without an interval, taken as exact."
-    )
-    operators_time_error: float | None
-    energy_error: float | None
-    roofline_time_s: float | None
-    peaks: dict[str, Any] | None
-    predicted: int = Field(
-        description="Configurations whose cost is predicted (predict=true), not measured."
-    )
-    coverage_predicted: float = Field(description="Predicted calls / all calls of the model.")
-    predicted_time_s: float = Field(description="The predicted part of time_s, in s.")
-    time_low_s: float | None = Field(
-        description="With predictions: time_s with each predicted configuration at its "
-        "interval's low end, in s."
-    )
-    time_high_s: float | None = Field(description="The same at the high end, in s.")
-    total_time_low_s: float | None = Field(description="total_time_s at time_low_s, in s.")
-    total_time_high_s: float | None = Field(description="total_time_s at time_high_s, in s.")
-    predictor: dict[str, Any] | None = Field(
-        description="The predictor used: version, device kind, trained_at, samples, data_hash, "
-        "level; the cross-device model adds method ('across devices'), mode (zero-shot, "
-        "few-shot, own, moved) and from_kinds; null without predictions."
-    )
-    warnings: list[str] = Field(
-        description="What makes the figure rest on something else than measured operators: a "
-        "coverage gap (configurations not measured yet, opaque ones) or time between operators "
-        "over OPDB_ESTIMATE_BETWEEN_OPS_WARN of the estimate. Empty when the estimate is whole."
-    )
-    notes: list[str]
-    by_op: list[dict[str, Any]]
-    configurations: list[dict[str, Any]] = Field(
-        description="A page of the configurations, costliest (count × per-call time) first; "
-        "'source' says where a row's figure comes from: 'measured' (operator-db's own), a data "
-        "set's name (imported), 'predicted', or null where it has none."
-    )
-    configurations_total: int = Field(description="How many configurations the model has.")
-
-
 class EnqueueIn(BaseModel):
     """Which device kind to measure a model on, and how urgently."""
 
     model_config = ConfigDict(extra="forbid")
 
-    device_kind: str = Field(
-        min_length=1,
-        max_length=200,
-        pattern=KIND_NAME_PATTERN,
-        description="The device kind's name, e.g. 'NVIDIA H100 80GB HBM3' (created if new).",
+    device_kind: KindName = Field(
+        description="The device kind's name, e.g. 'NVIDIA H100 80GB HBM3' (created if new): "
+        "printable characters, no '/', no space at either end.",
     )
     priority: Annotated[int, NotBool] = Field(
         default=0, ge=-1_000_000, le=1_000_000, description="Higher runs first."

@@ -13,10 +13,11 @@ from fastapi import APIRouter, Depends, Query, Response, status
 from sqlalchemy.orm import Session
 
 from api.deps import ReadSessionDep, SessionDep, get_settings_dep
+from api.figures import FIGURES
+from api.limits import EXPENSIVE
 from api.routes.common import READ, WRITE, Limit, Name, Offset
 from api.routes.sources import source_name
 from api.schemas import (
-    EstimateOut,
     ModelDetail,
     ModelKindOut,
     ModelSummaryOut,
@@ -24,6 +25,7 @@ from api.schemas import (
     Page,
 )
 from api.schemas_compare import CompareOut, CompareRowOut
+from api.schemas_estimate import EstimateOut
 from operator_db.config import Settings
 from operator_db.db import queries
 from operator_db.estimate.compose import estimate_model
@@ -124,7 +126,7 @@ def delete_model(name: str, session: SessionDep) -> Response:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/models/{name}/estimate", tags=["estimates"])
+@router.get("/models/{name}/estimate", tags=["estimates"], dependencies=EXPENSIVE)
 def get_estimate(
     name: str,
     session: ReadSessionDep,
@@ -232,7 +234,7 @@ def compare_model(session: Session, name: str) -> tuple[CompareOut, int]:
     return out, version
 
 
-@router.get("/models/{name}/compare", tags=["estimates"])
+@router.get("/models/{name}/compare", tags=["estimates"], dependencies=EXPENSIVE)
 def get_comparison(name: str, session: ReadSessionDep) -> CompareOut:
     """Which GPU for this model: its time on every device kind, fastest first.
 
@@ -247,6 +249,7 @@ def get_comparison(name: str, session: ReadSessionDep) -> CompareOut:
 @router.get(
     "/models/{name}/roofline",
     tags=["estimates"],
+    dependencies=EXPENSIVE,
     response_class=Response,
     responses={
         200: {
@@ -261,8 +264,22 @@ def get_roofline(
     device_kind: Name,
     fmt: Annotated[Literal["png", "svg"], Query(alias="format")] = "png",
 ) -> Response:
-    """Draw the model on the device kind's roofline: roofs, one point per configuration."""
-    body = model_roofline(session, name, device_kind).render(fmt)
+    """Draw the model on the device kind's roofline: roofs, one point per configuration.
+
+    Kept per process until a new result, run, peak or counter could change it (``api.figures``).
+    """
+    model = queries.get_model(session, name)
+    kind = queries.get_device_kind(session, device_kind)
+    key = (
+        session.get_bind().engine.url.render_as_string(hide_password=False),
+        "roofline",
+        model.id,
+        model.spec_hash,
+        kind.id,
+        fmt,
+        queries.roofline_version(session, kind.id),
+    )
+    body = FIGURES.get(key, lambda: model_roofline(session, name, device_kind).render(fmt))
     return Response(body, media_type="image/png" if fmt == "png" else "image/svg+xml")
 
 

@@ -46,10 +46,13 @@ def print_estimate(est: Estimate, top: int) -> None:
     run_energy = "-" if est.full_run_energy_j is None else f"{est.full_run_energy_j * 1e3:.3f} mJ"
     head = Table(show_header=False, title=f"{est.model} ({est.mode}) on {est.device_kind}")
     alone = est.total_time_s == est.time_s  # the operators are the estimate
-    head.add_row(
-        "operators (Σ count × per-call)",
-        f"{_ms(est.time_s)} ms{_ms_range(est.time_interval) if alone else ''}, {energy}",
-    )
+    if est.no_estimate is not None:  # a sum of nothing is not 0 ms: say why there is none
+        head.add_row("estimate", f"none: {escape(est.no_estimate)}")
+    else:
+        head.add_row(
+            "operators (Σ count × per-call)",
+            f"{_ms(est.time_s)} ms{_ms_range(est.time_interval) if alone else ''}, {energy}",
+        )
     if est.predicted:
         who = est.predictor or {}
         by = (
@@ -68,7 +71,9 @@ def print_estimate(est: Estimate, top: int) -> None:
             f"{level:.0%} interval" if isinstance(level, float) else "interval",
             f"{_ms(est.total_time_bounds_s[0])} – {_ms(est.total_time_bounds_s[1])} ms",
         )
-    if est.host_time_s is not None:
+    if est.no_estimate is not None:
+        pass
+    elif est.host_time_s is not None:
         head.add_row(
             "host stage (issue: hollow run + modules)",
             f"{_ms(est.host_time_s)} ms; the {est.bound_by} bounds the GPU pipeline",

@@ -151,7 +151,7 @@ class Estimate:
         import pandas as pd
 
         table = pd.DataFrame.from_records(self.op_rows, columns=BY_OP_COLUMNS)
-        for column in ("energy_j", "time_share"):  # unknown: NaN, not None
+        for column in ("time_s", "energy_j", "time_share"):  # unknown: NaN, not None
             table[column] = table[column].astype(float)
         return table
 
@@ -191,8 +191,35 @@ class Estimate:
         return "host" if self.host_time_s > self.time_s else "device"
 
     @property
+    def composed(self) -> bool:
+        """Whether any configuration has a figure (measured or predicted): else no estimate."""
+        return any(r["time_s"] is not None for r in self.config_rows)
+
+    @property
+    def no_estimate(self) -> str | None:
+        """Why there is no estimate (no configuration has a figure on the kind); None if one.
+
+        Then ``summary()`` gives no total (null, never 0 s) and no error: a sum of nothing is
+        not the model's time.
+        """
+        if self.composed:
+            return None
+        run = (
+            ""
+            if self.full_run_time_s is None
+            else f"; only its whole-model run is measured ({self.full_run_time_s * 1e3:.3g} ms)"
+        )
+        return (
+            f"no operator of {self.model} is measured on {self.device_kind}{run}: "
+            f"nothing to compose (opdb measure {self.model})"
+        )
+
+    @property
     def time_error(self) -> float | None:
-        """(estimate − measured full run) / measured full run, for time (``total_time_s``)."""
+        """(estimate − measured full run) / measured full run, for time (``total_time_s``).
+
+        None without a run, or where nothing is composed (``no_estimate``).
+        """
         return self._error(self.total_time_s)
 
     @property
@@ -201,16 +228,17 @@ class Estimate:
         return self._error(self.time_s)
 
     def _error(self, estimate_s: float) -> float | None:
-        if self.full_run_time_s is None or self.full_run_time_s <= 0:
+        if self.full_run_time_s is None or self.full_run_time_s <= 0 or not self.composed:
             return None
         return (estimate_s - self.full_run_time_s) / self.full_run_time_s
 
     @property
     def energy_error(self) -> float | None:
         """(estimate − measured full run) / measured full run, for energy."""
-        if self.energy_j is None or self.full_run_energy_j is None or self.full_run_energy_j <= 0:
+        run = self.full_run_energy_j
+        if not self.composed or self.energy_j is None or run is None or run <= 0:
             return None
-        return (self.energy_j - self.full_run_energy_j) / self.full_run_energy_j
+        return (self.energy_j - run) / run
 
     @property
     def sources(self) -> dict[str, int]:
@@ -245,7 +273,11 @@ class Estimate:
         }
 
     def summary(self) -> dict[str, Any]:
-        """Return the headline figures as a JSON-ready dict."""
+        """Return the headline figures as a JSON-ready dict.
+
+        Where nothing is composed (``no_estimate`` says why) the totals and errors are None.
+        """
+        composed = self.composed
         return {
             "model": self.model,
             "device_kind": self.device_kind,
@@ -254,15 +286,15 @@ class Estimate:
             "context": self.context,
             "energy": self.energy,
             "cache_mode": self.cache_mode,
-            "time_s": self.time_s,
+            "time_s": self.time_s if composed else None,
             "between_ops_s": self.between_ops_s,
-            "between_ops_share": self.between_ops_share,
+            "between_ops_share": self.between_ops_share if composed else None,
             "host_time_s": self.host_time_s,
             "bound_by": self.bound_by,
             "pipeline": None if self.pipeline is None else self.pipeline.as_dict(),
             "host_cpu": self.host_cpu,
-            "total_time_s": self.total_time_s,
-            "energy_j": self.energy_j,
+            "total_time_s": self.total_time_s if composed else None,
+            "energy_j": self.energy_j if composed else None,
             "static_energy_j": self.static_energy_j,
             "coverage": self.coverage,
             "coverage_roofline": self.coverage_roofline,
@@ -298,6 +330,7 @@ class Estimate:
             "total_time_low_s": self.total_time_bounds_s[0],
             "total_time_high_s": self.total_time_bounds_s[1],
             "predictor": self.predictor,
+            "no_estimate": self.no_estimate,
             "warnings": self.warnings,
             "notes": self.notes,
         }

@@ -97,14 +97,16 @@ def sum_if_all_known(values: Iterable[float | None]) -> float | None:
 def by_op(records: list[dict[str, Any]], total_time: float) -> list[dict[str, Any]]:
     """Per operator type, costliest first: configurations, calls, time (s), energy (J), FLOPs.
 
-    An operator type with no known energy has None, not 0 J.
+    An operator type with no known energy has None, not 0 J; with no known time, None, not 0 s
+    (nothing of it measured), and it comes last.
     """
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault(r["op"], []).append(r)
     rows = []
     for op, group in groups.items():
-        time_s = sum_known(r["time_s"] for r in group)
+        times = [r["time_s"] for r in group if r["time_s"] is not None]
+        time_s = sum_known(times) if times else None
         energies = [r["energy_j"] for r in group if r["energy_j"] is not None]
         rows.append(
             {
@@ -114,10 +116,12 @@ def by_op(records: list[dict[str, Any]], total_time: float) -> list[dict[str, An
                 "time_s": time_s,
                 "energy_j": math.fsum(energies) if energies else None,
                 "flops": sum(r["count"] * (r["flops"] or 0) for r in group),
-                "time_share": time_s / total_time if total_time > 0 else None,
+                "time_share": time_s / total_time
+                if time_s is not None and total_time > 0
+                else None,
             }
         )
-    rows.sort(key=lambda row: row["time_s"], reverse=True)
+    rows.sort(key=lambda row: (row["time_s"] is not None, row["time_s"] or 0.0), reverse=True)
     return rows
 
 

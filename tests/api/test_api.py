@@ -140,7 +140,8 @@ def test_enqueue_estimate_and_jobs(client: TestClient) -> None:
     est = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "fake:FakeGPU"})
     assert est.status_code == 200
     data = est.json()
-    assert (data["time_s"], data["coverage"], data["unmeasured"]) == (0.0, 0.0, 4)
+    assert (data["time_s"], data["coverage"], data["unmeasured"]) == (None, 0.0, 4)
+    assert data["total_time_s"] is None and "no operator" in data["no_estimate"]  # never 0 s
     assert len(data["configurations"]) == 4
     assert data["context"] == "alone"  # nothing measured, nothing replayed
     alone = client.get(
