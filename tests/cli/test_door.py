@@ -52,12 +52,21 @@ def test_the_tensor_limit_is_read_from_the_environment(
     assert run_cli(capsys, "ingest", str(path), "--db", db_url).code == 0
 
 
+PRINTABLE = "names hold printable characters only"
+
+
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
         ("", "a device kind's name must not be empty"),
         ("x" * 100_000, "device kind name of 100000 characters, over the limit of 200"),
-        ("GPU\tX", "device kind 'GPU\\tX' holds a control character '\\t'"),
+        ("GPU\tX", "device kind 'GPU\\tX' holds a control character U+0009: " + PRINTABLE),
+        (
+            "GPU\u202eX",
+            "device kind 'GPU\\u202eX' holds a format character U+202E "
+            "(RIGHT-TO-LEFT OVERRIDE): " + PRINTABLE,
+        ),
+        ("A/B", "device kind 'A/B' holds '/', which a URL's path cannot carry in a name"),
     ],
 )
 def test_enqueue_refuses_bad_device_kinds(

@@ -16,6 +16,7 @@ from operator_db.specs import parse_spec
 from tests.helpers import linear_op, relu_op, result_row, spec_dict
 
 KIND = "fake:FakeGPU"
+PRINTABLE = "names hold printable characters only"
 
 
 def seed(store: Store) -> None:
@@ -165,8 +166,27 @@ def test_enqueue_checks_the_kind_name_before_anything(store: Store) -> None:
     for name, message in [
         ("", "a device kind's name must not be empty"),
         ("k" * 201, "device kind name of 201 characters, over the limit of 200"),
-        ("fake:\x00", "device kind 'fake:\\x00' holds a control character '\\x00'"),
+        ("fake:\x00", f"device kind 'fake:\\x00' holds a control character U+0000: {PRINTABLE}"),
         (" \xa0 ", "a device kind's name must not be empty"),
+        (
+            "A\u202eB",
+            f"device kind 'A\\u202eB' holds a format character U+202E "
+            f"(RIGHT-TO-LEFT OVERRIDE): {PRINTABLE}",
+        ),
+        (
+            "A\u200bB",
+            f"device kind 'A\\u200bB' holds a format character U+200B "
+            f"(ZERO WIDTH SPACE): {PRINTABLE}",
+        ),
+        (
+            "A\u2028B",
+            f"device kind 'A\\u2028B' holds a line separator U+2028 (LINE SEPARATOR): {PRINTABLE}",
+        ),
+        ("A\ue000", f"device kind 'A\\ue000' holds a private-use character U+E000: {PRINTABLE}"),
+        ("A\u0378", f"device kind 'A\\u0378' holds an unassigned code point U+0378: {PRINTABLE}"),
+        ("A/B", "device kind 'A/B' holds '/', which a URL's path cannot carry in a name"),
+        (" GPU", "device kind ' GPU' begins or ends with white space"),
+        ("GPU\xa0", "device kind 'GPU\\xa0' begins or ends with white space"),
     ]:
         with pytest.raises(InvalidInputError) as info, store.transaction() as session:
             queue.enqueue_model(session, "no such model either", name)
@@ -174,3 +194,5 @@ def test_enqueue_checks_the_kind_name_before_anything(store: Store) -> None:
     with store.transaction() as session:
         assert queries.device_kinds(session) == []
         assert queries.check_device_kind_name("k" * 200) == "k" * 200
+        for name in ("NVIDIA H100 80GB HBM3", "cpu:Intel(R) Xeon(R) @ 2.2GHz", "Büro ™ A\xa0B"):
+            assert queries.check_device_kind_name(name) == name

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -21,8 +22,48 @@ _KNOWN_SHOWN = 10
 """Known kinds named in a not-found message; the rest are counted."""
 MAX_KIND_NAME = 200
 """Longest device kind name, in characters (the column's width)."""
-KIND_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
-"""A device kind's name: no control character, and not only white space (the API's schema)."""
+_KINDS = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Co": "a private-use character",
+    "Cs": "a surrogate",
+    "Cn": "an unassigned code point",
+}
+NOT_IN_NAMES = frozenset(_KINDS)
+"""Unicode categories no new name holds: controls, formats (bidi overrides, zero-width
+characters), line and paragraph separators, private use, surrogates and unassigned code points."""
+
+
+def _ranges(inside: Callable[[str], bool]) -> str:
+    """Return the code points for which ``inside`` holds as a regex class body of ranges."""
+    parts: list[str] = []
+    start: int | None = None
+    for point in range(sys.maxunicode + 2):
+        if point <= sys.maxunicode and inside(chr(point)):
+            start = point if start is None else start
+        elif start is not None:
+            first, last = _escaped(start), _escaped(point - 1)
+            parts.append(first if start == point - 1 else f"{first}-{last}")
+            start = None
+    return "".join(parts)
+
+
+def _escaped(point: int) -> str:
+    return f"\\u{point:04x}" if point <= 0xFFFF else f"\\U{point:08x}"
+
+
+def _not_allowed(char: str) -> bool:
+    return char == "/" or unicodedata.category(char) in NOT_IN_NAMES
+
+
+_BAD = _ranges(_not_allowed)
+_EDGE = _ranges(lambda c: unicodedata.category(c) == "Zs")
+KIND_NAME_PATTERN = f"^[^{_BAD}{_EDGE}](?:[^{_BAD}]*[^{_BAD}{_EDGE}])?$"
+"""A device kind's name (``check_device_kind_name``'s rule as the API's schema states it):
+printable characters only, no ``/``, no space at either end. Built from this Python's Unicode
+tables, in the escapes (u and U followed by hex digits) that Python's re and Rust's regex read."""
 
 
 def _short(name: str) -> str:
@@ -30,12 +71,16 @@ def _short(name: str) -> str:
 
 
 def check_device_kind_name(name: str) -> str:
-    """Return ``name`` if it can name a device kind (``KIND_NAME_PATTERN``, 200 characters).
+    """Return ``name`` if it can name a new device kind (``KIND_NAME_PATTERN``, 200 characters).
 
-    A name is not empty nor all white space, and holds no control character.
+    A name is shown on pages and terminals and fetched by URL (``/device-kinds/{name}``): it
+    holds printable characters only (none of the categories ``NOT_IN_NAMES``: no control, bidi
+    or zero-width character), no ``/`` (a URL's path could not hold it), and neither begins nor
+    ends with white space. Kinds stored before this rule keep their names.
 
     Raises:
-        InvalidInputError: the name is empty or blank, too long, or holds a control character.
+        InvalidInputError: the name is empty, too long, or breaks the rule (a one-line message
+            naming the first character at fault).
     """
     if not name.strip():
         raise InvalidInputError("a device kind's name must not be empty")
@@ -43,9 +88,20 @@ def check_device_kind_name(name: str) -> str:
         raise InvalidInputError(
             f"device kind name of {len(name)} characters, over the limit of {MAX_KIND_NAME}"
         )
-    bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    bad = next((c for c in name if _not_allowed(c)), None)
+    if bad == "/":
+        raise InvalidInputError(
+            f"device kind {_short(name)} holds '/', which a URL's path cannot carry in a name"
+        )
     if bad is not None:
-        raise InvalidInputError(f"device kind {_short(name)} holds a control character {bad!r}")
+        called = unicodedata.name(bad, "")
+        raise InvalidInputError(
+            f"device kind {_short(name)} holds {_KINDS[unicodedata.category(bad)]} "
+            f"U+{ord(bad):04X}{f' ({called})' if called else ''}: names hold printable "
+            "characters only"
+        )
+    if name != name.strip():
+        raise InvalidInputError(f"device kind {_short(name)} begins or ends with white space")
     return name
 
 
