@@ -232,3 +232,18 @@ def test_no_replay_without_a_call_order_or_when_turned_off(
     with store.transaction(read_only=True) as session:
         runs = session.scalars(select(FullModelRun)).all()
         assert [r.replay for r in runs] == [None, None]
+
+
+def test_with_a_replay_the_model_blocks_are_as_short_as_the_replays_passes(store: Store) -> None:
+    """A long model_min_time_s lengthens the model's blocks only where no replay compares."""
+    ingest_mlp(store)
+    device = FakeDevice(update_period_s=0.001)
+    settings = fast_settings(model_min_time_s=0.5)  # 0.1 s blocks if lengthened
+    with store.transaction() as session:
+        queue.enqueue_model(session, "tiny", device.identity().name, interleaved=True)
+    Worker(store, device, settings, WorkerOptions(until_idle=True, poll_s=0.01)).run()
+    with store.transaction(read_only=True) as session:
+        run = session.scalars(select(FullModelRun)).one()
+        assert run.replay is not None
+        block_s = run.calls_per_block * run.time_median_s
+        assert block_s < 0.02, block_s  # block_min_s (0.5 ms) sized, not 0.5 s / 5 blocks
