@@ -29,6 +29,12 @@ def _linear(**args: Any) -> dict[str, Any]:
     return op
 
 
+def _call(op: str, args: list[Any], inputs: list[list[int]] | None = None) -> dict[str, Any]:
+    """Return a function operator calling ``op`` with ``args`` (``{"tensor": i}`` for inputs)."""
+    tensors = [{"shape": shape, "dtype": "float32"} for shape in inputs or []]
+    return {"op": op, "form": "function", "inputs": tensors, "outputs": [], "call": {"args": args}}
+
+
 BAD_SPECS: dict[str, tuple[str, str]] = {
     # case: (YAML text, the start of the error after "SOURCE: ")
     "op outside the allow-list": (
@@ -54,6 +60,21 @@ BAD_SPECS: dict[str, tuple[str, str]] = {
     "2**40-element tensor": (
         _spec(relu_op([2**20, 2**20])),
         f"operators[0].inputs[0].shape: tensor of {2**40} elements, over the limit",
+    ),
+    "torch.empty of 400 GB": (  # a factory: no input, the size in the arguments
+        _spec(_call("torch.empty", [100000, 1000000])),
+        f"operators[0].call: torch.empty creates a tensor of {10**11} elements "
+        "(aten.empty.memory_format), over the limit of",
+    ),
+    "torch.ones([3e9, 3])": (  # YAML reads 3e9 as a float: torch refuses it, the size is read
+        _spec(_call("torch.ones", [[3e9, 3]])),
+        f"operators[0].call: torch.ones asks for a tensor of {9 * 10**9} elements in its "
+        "arguments, over the limit of",
+    ),
+    "Tensor.repeat(x, 1e11)": (
+        _spec(_call("torch.Tensor.repeat", [{"tensor": 0}, 1e11], [[4, 4]])),
+        f"operators[0].call: torch.Tensor.repeat asks for a tensor of {10**11} elements in its "
+        "arguments, over the limit of",
     ),
     "count beyond 64 bits": (
         _spec({**relu_op([4, 4]), "count": 2**63}),

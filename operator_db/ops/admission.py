@@ -9,7 +9,11 @@ settings, the same way wherever it comes in (``opdb ingest``, ``POST /specs``, a
 - a module's constructor arguments must fit its class, and its parameters and buffers stay within
   ``max_tensor_numel`` elements (``ops/arguments.py``);
 - every tensor (inputs and outputs of the model and of each operator), and the storage behind a
-  strided input, holds at most ``max_tensor_numel`` elements (``OPDB_MAX_TENSOR_NUMEL``).
+  strided input, holds at most ``max_tensor_numel`` elements (``OPDB_MAX_TENSOR_NUMEL``);
+- so does every tensor a ``module`` or ``function`` operator's call creates from its arguments
+  (factories, ``repeat``, ``expand``, ``interpolate`` sizes, intermediates): the call is run once
+  on fake tensors, which allocate nothing (``ops/probe.py``); where that run fails, the sizes the
+  call's arguments write are bounded instead.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from operator_db.errors import SpecError
 from operator_db.ops.arguments import ArgumentError, check_module_args
 from operator_db.ops.build import storage_numel
 from operator_db.ops.encoding import EncodingError, input_strides
+from operator_db.ops.probe import largest_argument_size, largest_created
 from operator_db.ops.resolve import UnknownOperatorError, resolve_function
 from operator_db.specs.io import LoadedSpec, load_specs
 from operator_db.specs.schema import OperatorSpec, TensorSpec
@@ -46,6 +51,11 @@ def admit_spec(loaded: LoadedSpec, *, max_tensor_numel: int) -> LoadedSpec:
             raise SpecError(
                 loaded.source, f"{path}.shape", _too_large(tensor.numel, max_tensor_numel)
             )
+    for i, op in enumerate(spec.operators):
+        problem = _created_problem(op, max_tensor_numel)
+        if problem is not None:
+            path, message = problem
+            raise SpecError(loaded.source, f"operators[{i}].{path}", message)
     return loaded
 
 
@@ -53,8 +63,12 @@ def _tensors(path: str, tensors: list[TensorSpec]) -> list[tuple[str, TensorSpec
     return [(f"{path}[{j}]", t) for j, t in enumerate(tensors)]
 
 
+def _over(limit: int) -> str:
+    return f"over the limit of {limit} (OPDB_MAX_TENSOR_NUMEL)"
+
+
 def _too_large(numel: int, limit: int) -> str:
-    return f"tensor of {numel} elements, over the limit of {limit} (OPDB_MAX_TENSOR_NUMEL)"
+    return f"tensor of {numel} elements, {_over(limit)}"
 
 
 def _operator_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | None:
@@ -83,6 +97,25 @@ def _operator_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | Non
                 f"{max_numel} (OPDB_MAX_TENSOR_NUMEL)"
             )
     return None
+
+
+def _created_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | None:
+    """Return (path inside the operator, message) where its call creates too large a tensor."""
+    if op.form == "opaque":
+        return None
+    created = largest_created(op)
+    if created.failure is None:
+        if created.numel <= max_numel:
+            return None
+        made = f"{op.op} creates a tensor of {created.numel} elements ({created.aten})"
+        return "call", f"{made}, {_over(max_numel)}"
+    if op.call is None:  # the inputs alone, already bounded
+        return None
+    size = largest_argument_size(op.call.args, dict(op.call.kwargs))
+    if size <= max_numel:
+        return None
+    asked = f"{op.op} asks for a tensor of {size} elements in its arguments"
+    return "call", f"{asked}, {_over(max_numel)}"
 
 
 def load_admitted(

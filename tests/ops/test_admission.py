@@ -124,3 +124,75 @@ def test_what_harvest_writes_passes() -> None:
     ] * 3
     data = result.spec.model_dump(mode="json")
     admit_spec(parse_spec(data, "block.yaml"), max_tensor_numel=LIMIT)
+
+
+def call_op(name: str, args: list[Any], *shapes: list[int], **kwargs: Any) -> dict[str, Any]:
+    inputs = [{"shape": shape, "dtype": "float32"} for shape in shapes]
+    call = {"args": args, "kwargs": kwargs}
+    return {"op": name, "form": "function", "inputs": inputs, "outputs": [], "call": call}
+
+
+X = {"tensor": 0}
+
+
+@pytest.mark.parametrize(
+    ("op", "numel", "aten"),
+    [
+        (call_op("torch.empty", [100000, 1000000], device="cpu"), 10**11, "empty.memory_format"),
+        (call_op("torch.zeros", [[100000, 100000]]), 10**10, "zeros.default"),
+        (call_op("torch.full", [[100000, 100000], 1.5]), 10**10, "full.default"),
+        (call_op("torch.randn", [100000, 100000]), 10**10, "randn.default"),
+        (call_op("torch.randint", [0, 5, [100000, 100000]]), 10**10, "randint.low"),
+        (call_op("torch.arange", [10**10]), 10**10, "arange.default"),
+        (call_op("torch.linspace", [0, 1, 10**10]), 10**10, "linspace.default"),
+        (call_op("torch.eye", [100000]), 10**10, "eye.default"),
+        (call_op("torch.Tensor.new_zeros", [X, [100000, 100000]], [4, 4]), 10**10, "new_zeros"),
+        (call_op("torch.Tensor.repeat", [X, 100000, 100000], [4, 4]), 16 * 10**10, "repeat"),
+        (call_op("torch.Tensor.expand", [X, 100000, 100000], [1, 1]), 10**10, "expand"),
+        (call_op("torch.Tensor.tile", [X, [100000, 100000]], [4, 4]), 16 * 10**10, "repeat"),
+        (call_op("torch.repeat_interleave", [X, 10**9], [4, 4]), 16 * 10**9, "expand"),
+        (
+            call_op("torch.nn.functional.interpolate", [X], [1, 3, 4, 4], size=[100000, 100000]),
+            3 * 10**10,
+            "upsample_nearest2d",
+        ),
+        (call_op("torch.nn.functional.pad", [X, [10**5] * 4], [4, 4]), 200004**2, "constant_pad"),
+    ],
+)
+def test_tensors_a_call_creates_are_bounded(op: dict[str, Any], numel: int, aten: str) -> None:
+    # Each runs on the meta device (device="cpu" included): nothing is allocated here.
+    message = refusal(spec_dict(operators=[relu_op([4, 4]), op]))
+    assert message.startswith(f"x.yaml: operators[1].call: {op['op']} creates a tensor of {numel}")
+    assert f"(aten.{aten}" in message
+    assert message.endswith(f"over the limit of {LIMIT} (OPDB_MAX_TENSOR_NUMEL)")
+    admit_spec(parse_spec(spec_dict(operators=[op]), "x.yaml"), max_tensor_numel=numel)
+
+
+@pytest.mark.parametrize(
+    ("op", "numel"),
+    [
+        (call_op("torch.ones", [[3e9, 3]]), 9 * 10**9),  # torch refuses floats: sizes read
+        (call_op("torch.Tensor.repeat", [X, 1e11], [4, 4]), 10**11),
+        (call_op("torch.Tensor.view", [X, 100000, 1000000], [4, 4]), 10**11),
+        (call_op("torch.Tensor.reshape", [X, [100000, 1000000]], [4, 4]), 10**11),
+    ],
+)
+def test_sizes_in_the_arguments_are_bounded_where_the_meta_run_fails(
+    op: dict[str, Any], numel: int
+) -> None:
+    assert refusal(spec_dict(operators=[op])) == (
+        f"x.yaml: operators[0].call: {op['op']} asks for a tensor of {numel} elements in its "
+        f"arguments, over the limit of {LIMIT} (OPDB_MAX_TENSOR_NUMEL)"
+    )
+
+
+def test_data_dependent_calls_within_the_limit_pass() -> None:
+    # A boolean index has no shape on the meta device; its arguments ask for nothing large, and a
+    # slice's sys.maxsize bound and a large fill value are not sizes.
+    mask = call_op("torch.Tensor.__getitem__", [X, {"tensor": 1}], [4, 4], [4, 4])
+    mask["inputs"][1]["dtype"] = "bool"
+    fill = call_op("torch.Tensor.masked_fill", [X, {"tensor": 1}, -1e38], [4, 4], [4, 4])
+    fill["inputs"][1]["dtype"] = "bool"
+    index = call_op("torch.Tensor.__getitem__", [X, [{"slice": [0, 2**63 - 1, None]}]], [4, 4])
+    data = spec_dict(operators=[mask, fill, index])
+    admit_spec(parse_spec(data, "x.yaml"), max_tensor_numel=LIMIT)
