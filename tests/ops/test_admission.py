@@ -12,6 +12,7 @@ from torch import nn
 from operator_db.errors import SpecError
 from operator_db.harvest import harvest
 from operator_db.ops.admission import admit_spec
+from operator_db.ops.probe import largest_created
 from operator_db.specs import load_specs, parse_spec
 from tests.helpers import EXAMPLE_SPECS, linear_op, relu_op, spec_dict
 
@@ -33,6 +34,8 @@ def function_op(name: str, shape: list[int]) -> dict[str, Any]:
 def test_shipped_specs_pass() -> None:
     for loaded in load_specs([EXAMPLE_SPECS], max_bytes=2**24):
         assert admit_spec(loaded, max_tensor_numel=LIMIT) is loaded
+        for op in loaded.spec.operators:  # each runs whole on the meta device: no fallback
+            assert op.form == "opaque" or largest_created(op).failure is None, op.op
 
 
 @pytest.mark.parametrize(
