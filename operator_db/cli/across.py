@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, err_console, open_store
@@ -237,14 +236,14 @@ def compare(
             else "—"
         )
         table.add_row(
-            escape(r.device_kind),
+            r.device_kind,
             r.how,
             "—" if r.time_s is None else f"{r.time_s * 1e3:.3g}",
             interval,
             "—" if r.energy_j is None else f"{r.energy_j:.3g}",
             r.bound_by or "—",
             f"{r.coverage:.0%}",
-            escape(r.source),
+            r.source,
             end_section=False,
         )
     console.print(table, soft_wrap=True)

@@ -18,10 +18,18 @@ if TYPE_CHECKING:
 
 
 def _console(*, stderr: bool = False) -> Console:
+    """Return a console that prints strings as they are: no markup, no emoji codes.
+
+    What the commands print holds stored free text (a spec's reference, an error, a kind's
+    name): read as Rich markup, ``[link=...]`` in it would print a terminal hyperlink to another
+    site, and ``[/]`` would fail. Styles are given as ``rich.text.Text`` objects instead.
+    """
     probe = Console(stderr=stderr)
     # Rich assumes 80 columns when not on a terminal; tables piped to a file or CI log would be cut.
     width = None if probe.is_terminal else 160
-    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=stderr)
+    return Console(
+        stderr=stderr, highlight=False, markup=False, emoji=False, width=width, soft_wrap=stderr
+    )
 
 
 console = _console()

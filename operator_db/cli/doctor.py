@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from operator_db.cli.common import DatabaseOption, DeviceOption, console
 
@@ -23,7 +24,7 @@ def render(report: DoctorReport) -> None:
     for check in report.checks:
         table.add_row(
             check.title,
-            f"[{_STYLE[check.status]}]{check.status}[/]",
+            Text(check.status, style=_STYLE[check.status]),
             check.value,
             check.action,
         )

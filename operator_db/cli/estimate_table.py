@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -47,7 +46,7 @@ def print_estimate(est: Estimate, top: int) -> None:
     head = Table(show_header=False, title=f"{est.model} ({est.mode}) on {est.device_kind}")
     alone = est.total_time_s == est.time_s  # the operators are the estimate
     if est.no_estimate is not None:  # a sum of nothing is not 0 ms: say why there is none
-        head.add_row("estimate", f"none: {escape(est.no_estimate)}")
+        head.add_row("estimate", f"none: {est.no_estimate}")
     else:
         head.add_row(
             "operators (Σ count × per-call)",
@@ -64,7 +63,7 @@ def print_estimate(est: Estimate, top: int) -> None:
         head.add_row(
             "of which predicted",
             f"{_ms(est.predicted_time_s)} ms: {est.predicted} configurations, "
-            f"{est.coverage_predicted:.1%} of calls ({escape(by)})",
+            f"{est.coverage_predicted:.1%} of calls ({by})",
         )
         level = who.get("level")
         head.add_row(

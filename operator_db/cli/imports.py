@@ -66,7 +66,7 @@ def import_(
     data, files, labels = neusight(path)
     on_bad: OnBad = "refuse" if refuse_bad else "skip"
     progress = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),

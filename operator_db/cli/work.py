@@ -109,7 +109,7 @@ def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) ->
         tty = console.is_terminal
         progress = (
             Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),

@@ -276,3 +276,21 @@ def test_console_script_debug_traceback(tmp_path: Path) -> None:
 
 def test_postgres_url_constant_points_at_a_server() -> None:
     assert POSTGRES_URL.startswith("postgresql")
+
+
+MARKUP = "[link=https://evil.example]docs[/link] [bold red]x[/] :skull:"
+"""Free text a spec may hold that Rich would read as a hyperlink, a style and an emoji."""
+
+
+def test_stored_free_text_is_printed_as_it_is(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    spec = spec_dict("markup")
+    spec["model"]["reference"] = MARKUP
+    path = tmp_path / "markup.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert run_cli(capsys, "ingest", str(path), "--db", db_url).code == 0
+    listing = run_cli(capsys, "models", "list", "--db", db_url)
+    assert listing.code == 0 and MARKUP in listing.out
+    missing = run_cli(capsys, "models", "show", MARKUP, "--db", db_url)
+    assert missing.code == 1 and f"no model named {MARKUP!r}" in missing.err
