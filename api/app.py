@@ -12,6 +12,7 @@ from fastapi import Depends, FastAPI
 from api import metrics, openapi, problems, ui
 from api.deps import refuse_nul
 from api.routes import router
+from api.security import SecurityHeaders
 from operator_db import __version__
 from operator_db.config import Settings, get_settings
 from operator_db.db.store import Store
@@ -42,10 +43,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         generate_unique_id_function=openapi.operation_id,
         dependencies=[Depends(refuse_nul)],
+        docs_url=None,  # /docs is api.ui.reference: no script from a CDN
+        redoc_url=None,
     )
     problems.install(app)
     openapi.install(app, chosen)
     metrics.install(app)
     app.include_router(router)
     ui.install(app)
+    # Outermost: every answer, a refusal of the limits' included, carries the headers.
+    app.add_middleware(SecurityHeaders, public_origin=chosen.api_public_origin)
     return app

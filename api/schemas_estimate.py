@@ -76,6 +76,20 @@ class EstimateOut(BaseModel):
     )
     operators_time_error: float | None
     energy_error: float | None
+    energy_interval: IntervalOut | None = Field(
+        default=None,
+        description="energy_j with its 95 % interval: the configurations' energy "
+        "trials in quadrature, the static part at the time's interval.",
+    )
+    full_run_energy_interval: IntervalOut | None = Field(
+        default=None, description="The run's energy with its interval over its trials."
+    )
+    energy_error_interval: IntervalOut | None = Field(
+        default=None, description="energy_error with both sides' noise: holding 0, within noise."
+    )
+    energy_within_noise: bool | None = Field(
+        default=None, description="energy_error_interval holds 0."
+    )
     roofline_time_s: float | None
     peaks: dict[str, Any] | None
     predicted: int = Field(

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -361,6 +362,19 @@ class Settings(BaseSettings):
     api_protect_reads: bool = Field(
         default=False, description="Ask a token of reads too (reads are open by default)."
     )
+    api_public_origin: str | None = Field(
+        default=None,
+        description="The origin browsers reach the server at, e.g. https://opdb.example.org "
+        "behind a proxy that terminates TLS: redirects are built on it, the pages' login cookie "
+        "is Secure where it is https, and forms are taken only from it. Unset: redirects are "
+        "relative (Location: /path) and a form must come from the host the request names.",
+    )
+    api_session_secret: SecretStr | None = Field(
+        default=None,
+        description="A key that signs the pages' login cookie, with the token it stands for: "
+        "changing it signs every browser out. Unset: the cookie is signed with the token alone "
+        "(it never holds the token).",
+    )
     estimate_between_ops_warn: float = Field(
         default=0.10,
         ge=0,
@@ -398,6 +412,27 @@ class Settings(BaseSettings):
             raise ValueError(f"OPDB_API_TOKEN_FILE {path} is empty")
         self.api_token = SecretStr(token)
         return self
+
+    @field_validator("api_public_origin")
+    @classmethod
+    def _an_origin(cls, value: str | None) -> str | None:
+        """Take ``scheme://host[:port]`` alone (http or https), without a trailing slash."""
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.username is not None
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(
+                f"OPDB_API_PUBLIC_ORIGIN {value!r} is not an origin: http(s)://host[:port], "
+                "nothing after it"
+            )
+        return f"{parts.scheme}://{parts.netloc.lower()}"
 
 
 @lru_cache(maxsize=1)

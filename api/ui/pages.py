@@ -6,6 +6,7 @@ call), so that what a page shows is what the API answers for the same question.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
@@ -16,14 +17,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from api.deps import Credentials, ReadSessionDep, get_settings_dep, token_right
+from api.deps import Credentials, ReadSessionDep, get_settings_dep, server_tokens, token_right
 from api.problems import http_status
 from api.routes import configs, devices, jobs, models
 from api.routes.common import Name, Offset
 from api.routes.jobs import JobId
 from api.routes.sources import source_name
 from api.schemas import DeviceKindOut, HostOut, PeakOut
+from api.security import same_origin
 from api.ui import format as fmt
+from api.ui.session import COOKIE, SESSION_S, session_right, sign_in, sign_out
 from api.ui.svg import compare_svg, time_series_svg
 from operator_db.config import Settings
 from operator_db.db import queries, queue
@@ -34,8 +37,6 @@ from operator_db.estimate.options import EstimateOptions
 from operator_db.estimate.rows import finite_values
 
 HERE = Path(__file__).resolve().parent
-COOKIE = "opdb_ui_token"
-"""The cookie a browser keeps the read token in (HttpOnly, SameSite=Strict, path /ui)."""
 JOBS_PAGE = 100
 """Jobs the jobs page lists (newest first)."""
 MEASUREMENTS_PAGE = 200
@@ -75,13 +76,16 @@ async def ui_read(
 ) -> None:
     """Let a page be read: always where reads are open, else with a valid token.
 
-    The token comes from the ``Authorization: Bearer`` header (the API's scheme) or the login
-    cookie.
+    The token comes from the ``Authorization: Bearer`` header (the API's scheme), or the sign-in
+    cookie stands for one (``api.ui.session``).
     """
     if not settings.api_protect_reads:
         return
-    token = credentials.credentials if credentials else request.cookies.get(COOKIE)
-    if not token or token_right(settings, token) is None:
+    if credentials:
+        right = token_right(settings, credentials.credentials)
+    else:
+        right = session_right(settings, request.cookies.get(COOKIE), time.time())
+    if right is None:
         raise LoginRequiredError
 
 
@@ -91,7 +95,8 @@ pages = APIRouter(dependencies=[Depends(ui_read)])
 
 def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     """Render template ``name`` with ``context``; every page gets the request and the nav."""
-    html = templates.get_template(name).render(request=request, **context)
+    signed_in = COOKIE in request.cookies  # offers the sign-out
+    html = templates.get_template(name).render(request=request, signed_in=signed_in, **context)
     return HTMLResponse(html, status_code=status_code)
 
 
@@ -354,23 +359,49 @@ def config_page(request: Request, key: str, session: ReadSessionDep) -> HTMLResp
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_form(request: Request, next: str = "/ui/", failed: bool = False) -> HTMLResponse:  # noqa: A002
-    """Ask for a read token (only where the server protects reads)."""
-    return render(request, "login.html", next=_safe_next(next), failed=failed)
+def login_form(
+    request: Request,
+    settings: Annotated[Settings, Depends(get_settings_dep)],
+    next: str = "/ui/",  # noqa: A002
+    failed: bool = False,
+    signed_out: bool = False,
+) -> HTMLResponse:
+    """Ask for a token where the server protects reads; else say that none is needed."""
+    return render(
+        request,
+        "login.html",
+        next=_safe_next(next),
+        failed=failed,
+        signed_out=signed_out,
+        protected=settings.api_protect_reads,
+        has_tokens=bool(server_tokens(settings)),
+        session_hours=SESSION_S // 3600,
+    )
 
 
-@router.post("/login")
+@router.post("/login", dependencies=[Depends(same_origin)])
 def login(
+    request: Request,
     settings: Annotated[Settings, Depends(get_settings_dep)],
     token: Annotated[str, Form(max_length=1000)],
     next: Annotated[str, Form(max_length=2000)] = "/ui/",  # noqa: A002
 ) -> RedirectResponse:
-    """Keep a valid token in an HttpOnly cookie and go back to the page asked for."""
+    """Sign in with a read or write token: a signed cookie stands for it; back to the page."""
     target = _safe_next(next)
     if token_right(settings, token) is None:
         return RedirectResponse(f"/ui/login?failed=true&next={quote(target)}", status_code=303)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui")
+    sign_in(response, request, settings, token, time.time())
+    return response
+
+
+@router.post("/logout", dependencies=[Depends(same_origin)])
+def logout(
+    request: Request, settings: Annotated[Settings, Depends(get_settings_dep)]
+) -> RedirectResponse:
+    """Sign out: clear the sign-in cookie, then say so on the sign-in page."""
+    response = RedirectResponse("/ui/login?signed_out=true", status_code=303)
+    sign_out(response, request, settings)
     return response
 
 

@@ -29,13 +29,12 @@ def _ms_range(interval: Interval | None) -> str:
     return f" ({_ms(interval.low)} … {_ms(interval.high)} ms, {interval.level * 100:.0f} %)"
 
 
-def _error(est: Estimate) -> str:
-    """Return the time error with its interval and whether it is within noise."""
+def _error(value: float | None, iv: Interval | None) -> str:
+    """Return an error with its interval and whether it is within noise (time or energy)."""
     from operator_db.stats import describe_error
 
-    iv = est.time_error_interval
     if iv is None or iv.high <= iv.low:
-        return _pct(est.time_error)
+        return _pct(value)
     return describe_error(iv)
 
 
@@ -90,7 +89,10 @@ def print_estimate(est: Estimate, top: int) -> None:
         "measured full model",
         f"{_ms(est.full_run_time_s)} ms{_ms_range(est.full_run_interval)}, {run_energy}",
     )
-    error = f"time {_error(est)}, energy {_pct(est.energy_error)}"
+    error = (
+        f"time {_error(est.time_error, est.time_error_interval)}, "
+        f"energy {_error(est.energy_error, est.energy_error_interval)}"
+    )
     if est.total_time_s != est.time_s:
         error += f" (operators alone: time {_pct(est.operators_time_error)})"
     head.add_row("error of the estimate", error)

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
-from operator_db.estimate.energy import energy_of, static_note, with_static_power
+from operator_db.estimate.energy import (
+    energy_interval_of,
+    energy_of,
+    run_energy_interval,
+    static_note,
+    with_static_power,
+)
 from operator_db.estimate.noise import run_interval
 from operator_db.estimate.options import (
     EstimateOptions,
@@ -109,6 +115,7 @@ def estimate_model(
             used, time_per_call = "replay", replayed[cfg.id]
             ci, ci_level = replayed_ci.get(cfg.id), LEVEL
         energy_per_call = energy_of(m, energy)
+        energy_ci = energy_interval_of(m, energy)
         if m is not None:
             per_call_j = energy_of(m, "dynamic")
             dynamic.append(None if per_call_j is None else cfg.count * per_call_j)
@@ -140,6 +147,9 @@ def estimate_model(
                 else (None if chosen is None else chosen.host_time_per_call_s),
                 "energy_per_call_j": energy_per_call,
                 "energy_j": None if energy_per_call is None else cfg.count * energy_per_call,
+                "energy_low_per_call_j": None if energy_ci is None else energy_ci[0],
+                "energy_high_per_call_j": None if energy_ci is None else energy_ci[1],
+                "energy_ci_level": None if energy_ci is None or m is None else m.energy_ci_level,
                 "roofline_time_per_call_s": roof,
                 "roofline_time_s": None if roof is None else cfg.count * roof,
                 "flags": ",".join(sorted(set((m.flags if m else []) or []))),
@@ -226,6 +236,7 @@ def estimate_model(
         replay_total=run.replay_total if run is not None and in_context else None,
         full_run_source=None if run is None else source_names.get(run.source_id or 0, "measured"),
         full_run_energy_j=energy_of(run, energy),
+        full_run_energy_interval=run_energy_interval(run, energy),
         peaks=peaks,
         notes=notes,
         between_ops_s=between,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from operator_db.db.queries import Figure
+from operator_db.stats import LEVEL, Interval, exact
 
 
 def energy_of(m: Figure | None, energy: Literal["total", "dynamic"]) -> float | None:
@@ -21,6 +22,37 @@ def energy_of(m: Figure | None, energy: Literal["total", "dynamic"]) -> float | 
     if m is None:
         return None
     return m.dynamic_energy_per_call_j if energy == "dynamic" else m.energy_per_call_j
+
+
+def energy_interval_of(
+    m: Figure | None, energy: Literal["total", "dynamic"]
+) -> tuple[float, float] | None:
+    """Return the interval of :func:`energy_of` over its trials, J (None where none is stored).
+
+    The stored interval is the total energy per call's; the dynamic energy (idle power × the
+    call's time removed, a constant of the figure) keeps its widths.
+    """
+    value = energy_of(m, energy)
+    if m is None or value is None or m.energy_per_call_j is None:
+        return None
+    if m.energy_low_j is None or m.energy_high_j is None:
+        return None
+    return (
+        value - (m.energy_per_call_j - m.energy_low_j),
+        value + (m.energy_high_j - m.energy_per_call_j),
+    )
+
+
+def run_energy_interval(run: Figure | None, energy: Literal["total", "dynamic"]) -> Interval | None:
+    """Return a measured run's energy per call with its interval, J (exact where none stored)."""
+    value = energy_of(run, energy)
+    if run is None or value is None:
+        return None
+    ci = energy_interval_of(run, energy)
+    if ci is None:
+        return exact(value, "run without an energy interval")
+    held = run.energy_ci_level if run.energy_ci_level is not None else LEVEL
+    return Interval(value, ci[0], ci[1], held, "median of energy trials")
 
 
 def with_static_power(

@@ -110,6 +110,41 @@ def operators_noise(
     return Noise(noise, missing, used_replay)
 
 
+def energy_noise(
+    rows: Sequence[Mapping[str, Any]], static: Interval | None, level: float = LEVEL
+) -> Interval | None:
+    """Return the interval of the estimate's energy, J (None where no row has energy).
+
+    Each configuration's energy (count × per call) at its trials' interval, independent of the
+    others (each from its own energy trials): in quadrature; a figure without one counts as
+    exact. ``static``: the idle power × the estimate's time with its interval, where the total
+    energy adds it.
+    """
+    terms: list[Interval] = []
+    for r in rows:
+        value = r.get("energy_j")
+        if value is None:
+            continue
+        low, high = r.get("energy_low_per_call_j"), r.get("energy_high_per_call_j")
+        if low is None or high is None or r.get("energy_per_call_j") is None:
+            terms.append(exact(float(value)))
+            continue
+        held = r.get("energy_ci_level")
+        per_call = Interval(
+            float(r["energy_per_call_j"]),
+            float(low),
+            float(high),
+            float(held) if held is not None else level,
+            "energy trials",
+        )
+        terms.append(per_call.scaled(float(r["count"])))
+    if not terms:
+        return None
+    if static is not None:
+        terms.append(static)
+    return sum_interval(terms, level)
+
+
 def total_interval(
     operators: Interval, operators_s: float, total_s: float, adds_between: bool
 ) -> Interval:

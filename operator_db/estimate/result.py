@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from operator_db.estimate.noise import Noise, operators_noise, total_interval
+from operator_db.estimate.noise import Noise, energy_noise, operators_noise, total_interval
 from operator_db.estimate.options import CacheChoice, ContextChoice, EnergyChoice, TimingChoice
 from operator_db.estimate.pipeline import Pipeline
 from operator_db.estimate.rows import (
@@ -105,6 +105,8 @@ class Estimate:
     """The model run's replay total (its median pass) with its interval (``noise.py``)."""
     full_run_interval: Interval | None = None
     """The measured run's time with its interval, s (exact where none was stored)."""
+    full_run_energy_interval: Interval | None = None
+    """The measured run's energy (``energy``) with its interval over trials, J."""
 
     @cached_property
     def noise(self) -> Noise | None:
@@ -126,6 +128,37 @@ class Estimate:
         """``time_error`` with its interval (95 %): both sides' noise; holds 0 within noise."""
         mine, run = self.time_interval, self.full_run_interval
         if mine is None or run is None or mine.value <= 0 or run.value <= 0:
+            return None
+        return error_interval(mine, run)
+
+    @property
+    def energy_interval(self) -> Interval | None:
+        """``energy_j`` with its interval (95 %), J; None without energy.
+
+        Each configuration's energy trials in quadrature, with the static part (idle power ×
+        the estimate's time) at the time's interval.
+        """
+        if self.energy_j is None:
+            return None
+        static = None
+        t = self.time_interval
+        if self.static_energy_j is not None and t is not None and self.total_time_s > 0:
+            static = t.scaled(self.static_energy_j / self.total_time_s)
+        noise = energy_noise(self.config_rows, static)
+        if noise is None:
+            return None
+        shift = self.energy_j - noise.value  # the rows hold total energy; the sum, dynamic
+        return Interval(
+            self.energy_j, noise.low + shift, noise.high + shift, noise.level, noise.method
+        )
+
+    @property
+    def energy_error_interval(self) -> Interval | None:
+        """``energy_error`` with its interval (95 %): both sides' trials; holds 0 within noise."""
+        mine, run = self.energy_interval, self.full_run_energy_interval
+        if mine is None or run is None or mine.value <= 0 or run.value <= 0:
+            return None
+        if self.energy_error is None:
             return None
         return error_interval(mine, run)
 
@@ -320,6 +353,7 @@ class Estimate:
             "figures_without_interval": None if self.noise is None else self.noise.exact_rows,
             "operators_time_error": self.operators_time_error,
             "energy_error": self.energy_error,
+            **_energy_intervals(self),
             "roofline_time_s": self.roofline_time_s,
             "peaks": None if self.peaks is None else self.peaks.as_dict(),
             "predicted": self.predicted,
@@ -334,3 +368,18 @@ class Estimate:
             "warnings": self.warnings,
             "notes": self.notes,
         }
+
+
+def _energy_intervals(est: Estimate) -> dict[str, Any]:
+    """Return the summary's energy intervals (``Interval.as_dict``) and the noise verdict."""
+    ivs = {
+        "energy_interval": est.energy_interval,
+        "full_run_energy_interval": est.full_run_energy_interval,
+        "energy_error_interval": est.energy_error_interval,
+    }
+    out: dict[str, Any] = {
+        k: None if v is None else finite_values(v.as_dict()) for k, v in ivs.items()
+    }
+    error = ivs["energy_error_interval"]
+    out["energy_within_noise"] = None if error is None else error.holds(0.0)
+    return out
