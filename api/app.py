@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import Depends, FastAPI
 
-from api import metrics, openapi, problems, ui
+from api import limits, metrics, openapi, problems, ui
 from api.deps import refuse_nul
 from api.routes import router
 from api.security import SecurityHeaders
@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     openapi.install(app, chosen)
     metrics.install(app)
+    limits.install(app, chosen)
     app.include_router(router)
     ui.install(app)
     # Outermost: every answer, a refusal of the limits' included, carries the headers.

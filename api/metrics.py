@@ -1,7 +1,8 @@
 """Prometheus metrics of the API: requests, their latency, and the job queue's depth.
 
-Each app has its own registry (no module-level state): requests are counted by method, route
-template (not the raw path, so an attacker cannot grow the label set) and status; the queue's
+Each app has its own registry (no module-level state): requests are counted by method (a standard
+one, ``api.problems.METHODS``, or ``other``), route template (never the raw path; ``(unmatched)``
+where no route matched) and status, so that no client can grow the label set; the queue's
 jobs per device kind and status are read from the database at each scrape. With several uvicorn
 workers each process reports its own request figures; the queue figures are the database's.
 """
@@ -23,8 +24,17 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from api.problems import METHODS
 from operator_db.db import queue
 from operator_db.db.store import Store
+
+
+def method_label(method: str) -> str:
+    """Return the metrics label of a request method: a standard one itself, any other ``other``.
+
+    h11 accepts any token as a method; counted raw, each invented one was a new series.
+    """
+    return method if method in METHODS else "other"
 
 
 class _QueueCollector(Collector):
@@ -81,8 +91,9 @@ class ApiMetrics:
         response = await call_next(request)
         route = request.scope.get("route")
         template = getattr(route, "path", "(unmatched)")
-        self.requests.labels(request.method, template, str(response.status_code)).inc()
-        self.latency.labels(request.method, template).observe(time.perf_counter() - start)
+        method = method_label(request.method)
+        self.requests.labels(method, template, str(response.status_code)).inc()
+        self.latency.labels(method, template).observe(time.perf_counter() - start)
         return response
 
 

@@ -45,10 +45,11 @@ _STATUS: list[tuple[type[OperatorDBError], int]] = [
 ]
 """Domain error → HTTP status, most specific first (the only place that knows HTTP codes)."""
 
-ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 500, 503)
+ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 503)
 """Statuses the API may answer with a problem document; OpenAPI declares them all."""
 
-_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+"""The standard methods: what 405's ``Allow`` may name and what metrics count by name."""
 
 
 class Problem(BaseModel):
@@ -116,7 +117,7 @@ def allowed_methods(request: Request) -> list[str]:
     """Return every method some route serves at the request's path (405's ``Allow``)."""
     return [
         method
-        for method in _METHODS
+        for method in METHODS
         if any(
             route.matches({**request.scope, "method": method})[0] == Match.FULL
             for route in request.app.routes

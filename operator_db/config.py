@@ -391,6 +391,37 @@ class Settings(BaseSettings):
         "wait their turn without holding a thread. At most 14: one fewer than the database "
         "connections a process keeps (db.engine's POOL_SIZE + POOL_OVERFLOW).",
     )
+    # The server's limits (docs/api.md, "Limits"): what one client can hold or cost.
+    api_header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection whose request head (request line and headers) is not complete "
+        "this long after it opened, or after the head's first byte, is closed, in s.",
+    )
+    api_keep_alive_s: int = Field(
+        default=5, ge=1, description="An idle kept-alive connection is closed after this, in s."
+    )
+    api_max_connections: int = Field(
+        default=4096,
+        ge=16,
+        description="Open connections one API process keeps (fewer where RLIMIT_NOFILE is low); "
+        "beyond it a new one first closes the oldest still waiting for its request head, else "
+        "it is closed itself.",
+    )
+    api_max_requests: int = Field(
+        default=256,
+        ge=1,
+        description="Requests one API process serves at once; beyond it a 503 problem document.",
+    )
+    api_rate_per_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Expensive reads (estimates, rooflines, comparisons, model pages) one client "
+        "address may make per s, on average; beyond it a 429 with Retry-After. 0: no limit.",
+    )
+    api_rate_burst: int = Field(
+        default=120, ge=1, description="Expensive reads a client may make at once (its bucket)."
+    )
     measure: MeasureSettings = Field(
         default_factory=MeasureSettings,
         description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",

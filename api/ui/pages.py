@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from api.deps import Credentials, ReadSessionDep, get_settings_dep, server_tokens, token_right
+from api.limits import EXPENSIVE
 from api.problems import http_status
 from api.routes import configs, devices, jobs, models
 from api.routes.common import Name, Offset
@@ -189,7 +190,7 @@ def models_page(
     )
 
 
-@pages.get("/models/{name}", response_class=HTMLResponse)
+@pages.get("/models/{name}", response_class=HTMLResponse, dependencies=EXPENSIVE)
 def model_page(
     request: Request,
     name: str,
@@ -246,7 +247,7 @@ def model_page(
     )
 
 
-@pages.get("/models/{name}/compare", response_class=HTMLResponse)
+@pages.get("/models/{name}/compare", response_class=HTMLResponse, dependencies=EXPENSIVE)
 def compare_page(request: Request, name: str, session: ReadSessionDep) -> HTMLResponse:
     """Which GPU for this model: its time on every kind, measured or predicted, fastest first.
 
@@ -264,7 +265,7 @@ def compare_page(request: Request, name: str, session: ReadSessionDep) -> HTMLRe
     )
 
 
-@pages.get("/models/{name}/roofline.svg")
+@pages.get("/models/{name}/roofline.svg", dependencies=EXPENSIVE)
 def roofline(name: str, session: ReadSessionDep, device_kind: Name) -> Response:
     """Draw the model on the kind's roofline, as the API does (SVG)."""
     return models.get_roofline(name, session, device_kind, fmt="svg")

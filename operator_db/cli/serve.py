@@ -8,23 +8,27 @@ from typing import Annotated, Any
 
 import typer
 
-APP = "api.app:create_app"
-
 
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="Processes (stateless; share the DB).")] = 1,
 ) -> None:
-    """Serve the REST API (OpenAPI at /docs); the database is OPDB_DATABASE_URL."""
+    """Serve the REST API (OpenAPI at /docs); the database is OPDB_DATABASE_URL.
+
+    The server's limits (OPDB_API_HEADER_TIMEOUT_S, OPDB_API_MAX_CONNECTIONS, ...) are
+    docs/api.md's "Limits".
+    """
     import uvicorn
 
+    from api.server import run, server_config
+
+    config = server_config(host, port, workers)
     if workers == 1:
-        uvicorn.run(APP, factory=True, host=host, port=port)
+        run(config)
         return
     from uvicorn.supervisors import Multiprocess
 
-    config = uvicorn.Config(APP, factory=True, host=host, port=port, workers=workers)
     sockets = [tcp_listener(config.bind_socket())]
     supervisor: Any = Multiprocess
     if "target" in inspect.signature(Multiprocess.__init__).parameters:  # uvicorn before 0.36

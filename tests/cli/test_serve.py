@@ -7,7 +7,8 @@ import socket
 
 import uvicorn
 
-from operator_db.cli.serve import APP, tcp_listener
+from api.server import APP
+from operator_db.cli.serve import tcp_listener
 
 
 def test_connections_to_the_shared_listener_get_nodelay() -> None:

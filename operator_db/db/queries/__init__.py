@@ -98,6 +98,7 @@ from operator_db.db.queries.sources import (
     source_counts,
 )
 from operator_db.db.queries.tables import TABLES, row_counts
+from operator_db.db.queries.versions import roofline_version
 
 __all__ = [
     "ConfigWork",
@@ -119,6 +120,7 @@ __all__ = [
     "count_results",
     "model_kind_figures",
     "newest_result_id",
+    "roofline_version",
     "result_files",
     "result_sources",
     "source_counts",

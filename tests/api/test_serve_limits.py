@@ -1,0 +1,116 @@
+"""A real `opdb serve` against slow clients: a request head timeout, a cap on connections."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.server import connection_cap, raise_open_files_limit
+from tests.api.test_serve import _free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A server with a 1 s head timeout and room for 16 connections: its host and port."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "OPDB_DATABASE_URL": f"sqlite:///{tmp_path}/served.sqlite",
+        "OPDB_API_HEADER_TIMEOUT_S": "1",
+        "OPDB_API_MAX_CONNECTIONS": "16",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "operator_db", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "no server"
+            time.sleep(0.3)
+        yield "127.0.0.1", port
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def _answer(sock: socket.socket, within_s: float) -> bytes:
+    """What the server sends before it closes ``sock`` (or within ``within_s``)."""
+    sock.settimeout(within_s)
+    chunks = []
+    try:
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return b"".join(chunks)
+
+
+def test_a_head_never_finished_is_closed_with_a_408(served: tuple[str, int]) -> None:
+    """uvicorn alone never closed it: slow headers held a descriptor for ever."""
+    with socket.create_connection(served) as slow, socket.create_connection(served) as silent:
+        start = time.monotonic()
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # no blank line: never complete
+        answer = _answer(slow, 10)
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"application/problem+json" in answer
+        assert 0.9 < time.monotonic() - start < 5
+        assert _answer(silent, 10).startswith(b"HTTP/1.1 408 ")  # one that sends nothing
+
+
+def test_a_kept_alive_connection_is_timed_on_its_next_head(served: tuple[str, int]) -> None:
+    with socket.create_connection(served) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.settimeout(5)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        assert _answer(sock, 10).startswith(b"HTTP/1.1 408 ")
+
+
+def test_slow_connections_beyond_the_cap_do_not_lock_others_out(served: tuple[str, int]) -> None:
+    slow = [socket.create_connection(served) for _ in range(40)]
+    try:
+        for sock in slow:
+            sock.sendall(b"GET /he")
+        start = time.monotonic()
+        assert httpx.get(f"http://{served[0]}:{served[1]}/health", timeout=5).status_code == 200
+        assert time.monotonic() - start < 1
+        open_ = 0
+        for sock in slow:  # the oldest made room for the newer: 16 kept at most
+            sock.settimeout(0.2)
+            try:
+                open_ += sock.recv(1) != b""
+            except TimeoutError:
+                open_ += 1
+            except ConnectionResetError:
+                pass
+        assert open_ <= 16
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_the_open_files_limit_is_raised_and_bounds_the_cap() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert raise_open_files_limit() >= soft
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] in (hard, soft)
+    assert connection_cap(4096, 1 << 20) == 4096
+    assert connection_cap(4096, 1024) == 16  # less than the backlog: the least cap
+    assert connection_cap(100_000, 20_000) == 20_000 - 2048 - 256
