@@ -7,7 +7,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response, status
 from sqlalchemy.orm import Session
@@ -72,17 +72,33 @@ def list_models(
     offset: Offset = 0,
     mode: Literal["inference", "training"] | None = None,
     search: Annotated[str | None, Query(max_length=200, description="Part of the name.")] = None,
+    not_measured_on: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            description="A device kind: only the models with nothing measured on it (no "
+            "configuration's result, own or imported, and no whole-model run).",
+        ),
+    ] = None,
 ) -> Page[ModelSummaryOut]:
     """List models with their configurations, calls, FLOPs and parameters, by name.
 
     Every stored model, measured or not; each with the device kinds it has figures on (its
-    configurations' results, own or imported, and its whole-model runs).
+    configurations' results, own or imported, and its whole-model runs). 404 for an unknown
+    ``not_measured_on`` kind.
     """
-    rows = queries.model_summaries(session, mode=mode, search=search, limit=limit, offset=offset)
+    kind = None if not_measured_on is None else queries.get_device_kind(session, not_measured_on)
+    filters: dict[str, Any] = {
+        "mode": mode,
+        "search": search,
+        "unmeasured_on": None if kind is None else kind.id,
+    }
+    rows = queries.model_summaries(session, **filters, limit=limit, offset=offset)
     kinds = model_kinds(session, [s.name for s in rows])
     return Page(
         items=[ModelSummaryOut(**vars(s), device_kinds=kinds.get(s.name, [])) for s in rows],
-        total=queries.model_count(session, mode=mode, search=search),
+        total=queries.model_count(session, **filters),
         limit=limit,
         offset=offset,
     )

@@ -8,9 +8,15 @@ figure is never written as an own one).
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
+from typing import Any
+
+from markupsafe import Markup, escape
 
 _PREFIXES: tuple[tuple[float, str], ...] = (
+    (1e18, "E"),
+    (1e15, "P"),
     (1e12, "T"),
     (1e9, "G"),
     (1e6, "M"),
@@ -19,21 +25,93 @@ _PREFIXES: tuple[tuple[float, str], ...] = (
     (1e-3, "m"),
     (1e-6, "µ"),
     (1e-9, "n"),
+    (1e-12, "p"),
 )
 
 DASH = "–"
 
 
 def si(value: float | None, unit: str, digits: int = 3) -> str:
-    """Write ``value`` (in ``unit``) with an SI prefix and ``digits`` significant digits."""
+    """Write ``value`` (in ``unit``) with an SI prefix and ``digits`` significant digits.
+
+    Never with an exponent: the value is rounded first, so that 999.6 µs is ``1 ms``, not
+    ``1e+03 µs``; 120 s at two digits is ``120 s``, not ``1.2e+02 s``.
+    """
     if value is None or not math.isfinite(value):
         return DASH
-    if value == 0:
+    rounded = float(f"{value:.{digits}g}")
+    if rounded == 0:
         return f"0 {unit}"
-    for scale, prefix in _PREFIXES:
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g} {prefix}{unit}"
-    return f"{value:.{digits}g} {unit}"
+    scale, prefix = next(
+        ((scale, prefix) for scale, prefix in _PREFIXES if abs(rounded) >= scale), _PREFIXES[-1]
+    )
+    scaled = rounded / scale
+    decimals = max(digits - 1 - math.floor(math.log10(abs(scaled))), 0)
+    text = f"{scaled:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} {prefix}{unit}"
+
+
+def plural(count: int | None, noun: str, nouns: str | None = None) -> str:
+    """Write ``count noun``, the noun in the plural unless the count is one (``1 result``)."""
+    if count is None:
+        return f"{DASH} {nouns or noun + 's'}"
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def code(text: str | None) -> Markup:
+    """Write a message of the library as HTML: escaped, its `backticked` parts as code."""
+    escaped = str(escape(text or ""))
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped))
+
+
+def short_op(op: str) -> str:
+    """Write an operator's name short: ``Linear``, ``F.relu``, ``matmul``."""
+    for prefix, short in (("torch.nn.functional.", "F."), ("torch.nn.", ""), ("torch.", "")):
+        if op.startswith(prefix):
+            return short + op.removeprefix(prefix)
+    return op
+
+
+KEY_ARGS = 4
+"""Arguments a configuration's one-line description names (the rest are on its page)."""
+
+
+def shapes(inputs: str | list[dict[str, Any]] | None) -> str:
+    """Write input shapes as ``8×784, 8×256`` (an estimate row's ``8x784 8x256`` or a spec's)."""
+    if not inputs:
+        return ""
+    if isinstance(inputs, str):
+        return ", ".join(part.replace("x", "×") for part in inputs.split())
+    return ", ".join("×".join(str(d) for d in t.get("shape") or []) or "scalar" for t in inputs)
+
+
+def _arg(name: str, value: Any) -> str | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return name
+    if isinstance(value, list | tuple):
+        return f"{name}={','.join(str(v) for v in value)}"
+    if isinstance(value, dict):
+        return None
+    return f"{name}={value}"
+
+
+def describe_config(op: str, inputs: str | list[dict[str, Any]] | None, args: Any = None) -> str:
+    """Write a configuration in a line: its operator, input shapes and first key arguments.
+
+    ``Conv2d 1×64×56×56 · kernel_size=3,3 stride=1,1 padding=1,1`` (what a hash prefix hides).
+    """
+    text = short_op(op)
+    found = shapes(inputs)
+    if found:
+        text += f" {found}"
+    named = [a for a in (_arg(k, v) for k, v in (args or {}).items()) if a][:KEY_ARGS]
+    if named:
+        text += " · " + " ".join(named)
+    return text
 
 
 def percent(value: float | None, *, signed: bool = False) -> str:
@@ -117,3 +195,21 @@ def interval_ms(low: float | None, high: float | None, level: float | None) -> s
         return DASH
     text = f"{ms(low)} … {ms(high)} ms"
     return f"{text} ({level * 100:g} %)" if level is not None and math.isfinite(level) else text
+
+
+FILTERS: dict[str, Any] = {
+    "si": si,
+    "percent": percent,
+    "ms": ms,
+    "interval_ms": interval_ms,
+    "when": when,
+    "sort_key": sort_key,
+    "iec": iec,
+    "source": source,
+    "imported": imported,
+    "plural": plural,
+    "code": code,
+    "describe": describe_config,
+    "short_op": short_op,
+}
+"""The templates' filters by name (``api/ui/pages.py`` adds ``url``)."""

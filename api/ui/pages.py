@@ -26,6 +26,7 @@ from api.routes.jobs import JobId
 from api.routes.sources import source_name
 from api.schemas import DeviceKindOut, HostOut, PeakOut
 from api.security import same_origin
+from api.ui import context, trust
 from api.ui import format as fmt
 from api.ui.session import COOKIE, SESSION_S, session_right, sign_in, sign_out
 from api.ui.svg import compare_svg, time_series_svg
@@ -51,18 +52,7 @@ templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-templates.filters.update(
-    si=fmt.si,
-    percent=fmt.percent,
-    ms=fmt.ms,
-    interval_ms=fmt.interval_ms,
-    when=fmt.when,
-    sort_key=fmt.sort_key,
-    url=quote,
-    iec=fmt.iec,
-    source=fmt.source,
-    imported=fmt.imported,
-)
+templates.filters.update(fmt.FILTERS, url=quote)
 templates.globals["dash"] = fmt.DASH
 
 
@@ -116,13 +106,15 @@ def overview(request: Request, session: ReadSessionDep) -> HTMLResponse:
     kinds = devices.list_device_kinds(session)
     # Hosts and peaks as the kind's route reads them; its per-kind count of results is
     # already in the list's sources (counted once for all kinds).
+    stored = queries.device_kinds(session)
     peaks = {
         k.name: [
             PeakOut.model_validate(p, from_attributes=True)
             for p in queries.peak_rows(session, k.id)
         ]
-        for k in queries.device_kinds(session)
+        for k in stored
     }
+    spec = context.spec_peaks(session, [k for k in stored if peaks[k.name]])
     hosts: dict[str, list[HostOut]] = defaultdict(list)
     for host in devices.list_hosts(session):
         hosts[host.device_kind].append(host)
@@ -139,6 +131,7 @@ def overview(request: Request, session: ReadSessionDep) -> HTMLResponse:
         "overview.html",
         kinds=kinds,
         peaks=peaks,
+        spec=spec,
         hosts=hosts,
         data_sets=_data_sets(kinds),
         counts=counts,
@@ -175,18 +168,32 @@ def models_page(
     request: Request,
     session: ReadSessionDep,
     search: Annotated[str | None, Query(max_length=200)] = None,
+    not_measured_on: Annotated[str | None, Query(max_length=200)] = None,
     offset: Offset = 0,
 ) -> HTMLResponse:
-    """List every stored model, measured or not, with the device kinds it has figures on."""
-    page = models.list_models(session, limit=MODELS_PAGE, offset=offset, search=search or None)
+    """List every stored model, measured or not, with its state on every device kind.
+
+    ``not_measured_on`` (a kind; empty: any) keeps the models with nothing measured there.
+    """
+    page = models.list_models(
+        session,
+        limit=MODELS_PAGE,
+        offset=offset,
+        search=search or None,
+        not_measured_on=not_measured_on or None,
+    )
+    kinds = [k.name for k in queries.device_kinds(session)]
     return render(
         request,
         "models.html",
         models=page.items,
+        states={m.name: trust.kind_states(m.configs, m.device_kinds, kinds) for m in page.items},
+        kinds=kinds,
         total=page.total,
         offset=offset,
         size=MODELS_PAGE,
         search=search or "",
+        not_measured_on=not_measured_on or "",
     )
 
 
@@ -209,7 +216,9 @@ def model_page(
     predicted_note = None
     detail = models.get_model(name, session)
     kinds = [k.device_kind for k in detail.device_kinds]
-    chosen = device_kind if device_kind in kinds else (kinds[0] if kinds else None)
+    # A kind asked for without figures is said to be so, never replaced by another kind.
+    missing = device_kind if device_kind and device_kind not in kinds else None
+    chosen = device_kind if device_kind in kinds else (kinds[0] if kinds and not missing else None)
     # The other kinds' rows need the estimate's summary only: the API's figures, without
     # ranking and paging their configurations.
     estimates: dict[str, Any] = {
@@ -234,6 +243,7 @@ def model_page(
             estimates[chosen] = models.get_estimate(
                 name, session, settings, device_kind=chosen, limit=1000
             )
+    estimate = estimates.get(chosen) if chosen else None
     return render(
         request,
         "model.html",
@@ -241,9 +251,11 @@ def model_page(
         kinds=kinds,
         estimates=estimates,
         chosen=chosen,
-        estimate=estimates.get(chosen) if chosen else None,
+        missing=missing,
+        estimate=estimate,
         predict=predict,
         predicted_note=predicted_note,
+        **context.trust_of(session, name, estimate),
     )
 
 
@@ -350,6 +362,7 @@ def config_page(request: Request, key: str, session: ReadSessionDep) -> HTMLResp
     return render(
         request,
         "config.html",
+        **context.config_in_models(session, config.key),
         config=config,
         measurements=page.items,
         total=page.total,

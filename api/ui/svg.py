@@ -12,9 +12,11 @@ from datetime import UTC, datetime
 from html import escape
 
 from api.schemas_compare import CompareRowOut
-from api.ui.format import interval_ms, ms, si, when
+from api.ui.format import interval_ms, ms, plural, si, when
 
 WIDTH, HEIGHT, PAD = 640, 200, 44
+LEFT = 72
+"""Room left of a time series' plot for its axis labels (``12.3 µs``, ``1.23 ks``), px."""
 COLORS = ("#1b6ac9", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0f766e")
 
 
@@ -35,21 +37,21 @@ def time_series_svg(series: Mapping[str, Sequence[tuple[datetime, float]]], unit
         span_v = v1 - v0
 
     def xy(t: float, v: float) -> str:
-        x = PAD + (t - t0) / span_t * (WIDTH - 2 * PAD)
+        x = LEFT + (t - t0) / span_t * (WIDTH - LEFT - PAD)
         y = HEIGHT - PAD - (v - v0) / span_v * (HEIGHT - 2 * PAD)
         return f"{x:.1f},{y:.1f}"
 
-    label = f"{len(points)} results over time, from {si(v0, unit)} to {si(v1, unit)}"
+    label = f"{plural(len(points), 'result')} over time, from {si(v0, unit)} to {si(v1, unit)}"
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
         f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">',
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" '
+        f'<line x1="{LEFT}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" '
         'class="axis"/>',
-        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{PAD - 4}" y="{PAD + 4}" text-anchor="end">{escape(si(v1, unit, 2))}</text>',
-        f'<text x="{PAD - 4}" y="{HEIGHT - PAD}" text-anchor="end">'
+        f'<line x1="{LEFT}" y1="{PAD}" x2="{LEFT}" y2="{HEIGHT - PAD}" class="axis"/>',
+        f'<text x="{LEFT - 4}" y="{PAD + 4}" text-anchor="end">{escape(si(v1, unit, 2))}</text>',
+        f'<text x="{LEFT - 4}" y="{HEIGHT - PAD}" text-anchor="end">'
         f"{escape(si(v0, unit, 2))}</text>",
-        f'<text x="{PAD}" y="{HEIGHT - PAD + 16}">{escape(when(_dt(t0)))}</text>',
+        f'<text x="{LEFT}" y="{HEIGHT - PAD + 16}">{escape(when(_dt(t0)))}</text>',
         f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 16}" text-anchor="end">'
         f"{escape(when(_dt(t1)))}</text>",
     ]

@@ -46,3 +46,27 @@ class Flag(StrEnum):
     HOLLOW_UNAVAILABLE = "hollow_unavailable"
     """A model run without a hollow run, so no time between operators (why: provenance
     ``hollow_unavailable``)."""
+
+
+MEANING: dict[Flag, str] = {
+    Flag.UNSTABLE: "the time's spread (IQR) is over 25 % of its median: do not trust the time",
+    Flag.NOISY: "the time's spread (IQR) is over 10 % of its median",
+    Flag.GRAPH_UNAVAILABLE: "no CUDA graph could be captured: only the eager time is stored",
+    Flag.THROTTLED: "the GPU slowed down (heat, power brake) during an energy trial",
+    Flag.POWER_CAPPED: "an energy trial ran at the power cap (normal under load)",
+    Flag.ENERGY_DISAGREEMENT: "the energy counter and the integrated power disagree",
+    Flag.ENERGY_NOISY: "the energy per call varies by over 10 % between trials",
+    Flag.WINDOW_TIME_DIFFERS: "the time inside the energy windows differs by over 3 % from the "
+    "timing (another clock or heat regime)",
+    Flag.HOST_NOISY: "the host was busy while it ran (CPU steal, other load, clock drops)",
+    Flag.LOOSE: "the time budget ran out before the interval was within 1 % of the median",
+    Flag.INTERLEAVED: "timed in rounds interleaved with the model's other targets (no problem)",
+    Flag.INTERLEAVED_PARTIAL: "the model's interleaved run left some configurations out",
+    Flag.HOLLOW_UNAVAILABLE: "no hollow run: the time between operators is unknown",
+}
+"""Each flag in a sentence, for a reader (the pages' legend; docs/measurement.md has more)."""
+
+TIME_DOUBTS: frozenset[Flag] = frozenset(
+    {Flag.UNSTABLE, Flag.NOISY, Flag.LOOSE, Flag.HOST_NOISY, Flag.THROTTLED}
+)
+"""The flags that put a result's time in doubt (an estimate's share of time from them)."""

@@ -74,11 +74,12 @@ def test_predictions_are_asked_for_and_their_absence_said(client: TestClient) ->
     """No predictor on the kind (``opdb predict train`` never ran): the measured ones, and why."""
     html = client.get(f"/ui/models/{MODEL}", params={"predict": "true"}).text
     assert "No prediction:" in html and "Measured ones only" in html
-    assert "Predict the unmeasured" in client.get(f"/ui/models/{MODEL}").text
-    # A kind the model is not measured on: the first measured kind, in full.
+    # Fully measured: nothing to predict, so not offered (tests/ui/test_trust_pages.py).
+    assert "Predict the" not in client.get(f"/ui/models/{MODEL}").text
+    # A kind the model is not measured on: said so, never another kind in its place.
     other = client.get(f"/ui/models/{MODEL}", params={"device_kind": "cpu:nowhere"}).text
-    rows = re.findall(r'<tr data-key="', other)
-    assert len(rows) == client.get(f"/models/{MODEL}").json()["configs"]
+    assert "Nothing measured on <strong>cpu:nowhere</strong>" in other
+    assert not re.findall(r'<tr data-key="', other)
 
 
 def test_the_jobs_page_says_who_holds_what_and_why_a_job_failed(
@@ -188,7 +189,8 @@ def test_the_models_page_lists_every_model_measured_or_not(client: TestClient, d
             assert ("imported" in item) == bool(
                 kind["configs_imported"] or set(kind["model_runs"]) - {"measured"}
             )
-    assert "none yet" in _row(html, "data-model", "mlp-small-b8")  # ingested, never measured
+    never = _row(html, "data-model", "mlp-small-b8")  # ingested, never measured
+    assert never.count('data-state="not measured"') == len(client.get("/device-kinds").json())
     unmeasured = client.get("/ui/models/mlp-small-b8").text
     assert "No figure on any device kind yet" in unmeasured
     later = client.get("/ui/models", params={"offset": 2}).text

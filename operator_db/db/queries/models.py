@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
-from operator_db.db.models import Model, ModelOperator, OperatorConfig
+from operator_db.db.models import FullModelRun, Measurement, Model, ModelOperator, OperatorConfig
 from operator_db.errors import NotFoundError
 
 if TYPE_CHECKING:  # the spec's pydantic models: imported by the one function that builds one
@@ -36,9 +36,24 @@ class ModelSummary:
 
 
 def _model_filters(
-    name: str | None, mode: str | None, search: str | None
+    name: str | None, mode: str | None, search: str | None, unmeasured_on: int | None = None
 ) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = []
+    if unmeasured_on is not None:  # no run and no configuration's result on the kind
+        run = select(FullModelRun.id).where(
+            FullModelRun.model_id == Model.id, FullModelRun.device_kind_id == unmeasured_on
+        )
+        # Its own alias: the summaries' query joins ModelOperator outside, which would swallow it.
+        link = aliased(ModelOperator)
+        result = select(Measurement.id).where(
+            Measurement.device_kind_id == unmeasured_on, Measurement.config_id == link.config_id
+        )
+        measured = (
+            select(link.config_id)
+            .where(link.model_id == Model.id, result.exists())
+            .correlate(Model)
+        )
+        where += [~run.exists(), ~measured.exists()]
     if name is not None:
         where.append(Model.name == name)
     if mode is not None:
@@ -54,13 +69,16 @@ def model_summaries(
     name: str | None = None,
     mode: str | None = None,
     search: str | None = None,
+    unmeasured_on: int | None = None,
     limit: int | None = None,
     offset: int = 0,
 ) -> list[ModelSummary]:
     """Return the models with their totals, by name: all, or those matching the filters.
 
-    ``name`` exactly, ``mode`` (inference, training), ``search`` a part of the name; ``limit``
-    and ``offset`` page through them. Totals: configurations, calls, FLOPs and parameters (see
+    ``name`` exactly, ``mode`` (inference, training), ``search`` a part of the name,
+    ``unmeasured_on`` a kind's id (the models with nothing measured there: neither a run nor a
+    configuration's result, own or imported); ``limit`` and ``offset`` page through them.
+    Totals: configurations, calls, FLOPs and parameters (see
     :class:`ModelSummary`).
     """
     query = (
@@ -81,7 +99,8 @@ def model_summaries(
         .group_by(Model.id)
         .order_by(Model.name)
     )
-    query = query.where(*_model_filters(name, mode, search)).offset(offset).limit(limit)
+    query = query.where(*_model_filters(name, mode, search, unmeasured_on))
+    query = query.offset(offset).limit(limit)
     return [ModelSummary(*(row[:4]), *(int(v) for v in row[4:])) for row in session.execute(query)]
 
 
@@ -130,10 +149,37 @@ def list_models(
     return sorted(found, key=lambda m: m.name)
 
 
-def model_count(session: Session, *, mode: str | None = None, search: str | None = None) -> int:
-    """Return the number of models stored (of ``mode``, with ``search`` in their name)."""
-    query = select(func.count()).select_from(Model).where(*_model_filters(None, mode, search))
-    return session.scalar(query) or 0
+def model_count(
+    session: Session,
+    *,
+    mode: str | None = None,
+    search: str | None = None,
+    unmeasured_on: int | None = None,
+) -> int:
+    """Return the number of models stored (filtered as :func:`model_summaries` filters)."""
+    where = _model_filters(None, mode, search, unmeasured_on)
+    return session.scalar(select(func.count()).select_from(Model).where(*where)) or 0
+
+
+def config_models(
+    session: Session, config_id: int, *, limit: int | None = None
+) -> tuple[list[tuple[int, str, int]], int]:
+    """Return the models that run a configuration, by name, as (model id, name, calls per pass).
+
+    With how many models run it in all (``limit`` lists the first ones).
+    """
+    query = (
+        select(Model.id, Model.name, ModelOperator.count)
+        .join(ModelOperator, ModelOperator.model_id == Model.id)
+        .where(ModelOperator.config_id == config_id)
+        .order_by(Model.name)
+        .limit(limit)
+    )
+    rows = [(int(i), str(n), int(c)) for i, n, c in session.execute(query)]
+    total = session.scalar(
+        select(func.count()).select_from(ModelOperator).where(ModelOperator.config_id == config_id)
+    )
+    return rows, int(total or 0)
 
 
 def delete_model(session: Session, name: str) -> None:
