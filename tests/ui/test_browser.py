@@ -28,6 +28,7 @@ from operator_db.config import Settings
 from operator_db.db import queue
 from operator_db.db.store import Store
 from tests.ui.seed import ERROR, KINDS, MODEL, NS_MODEL, OWNER, Seeded, seed
+from tests.ui.test_trust_pages import RUN_S, WHOLE, add_whole_only
 
 CHROMIUM = os.environ.get("OPDB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -385,3 +386,47 @@ def _sort_values(page: Page, table: str, column: int) -> list[str]:
         )
         if v != ""
     ]
+
+
+def test_a_newcomer_finds_every_model_and_is_never_misled(
+    site: Site, browser: Any, page: Page, shots: Path
+) -> None:
+    """Nav → models (states per kind, the filter) → a model measured whole only: its run, no
+    estimate of 0 s; a measured model's trust line and flag legend; on a phone, the time by
+    operator type before anything else (tests/ui/test_trust_pages.py has the rest)."""
+    add_whole_only(site.db_url)
+    page.goto(f"{site.url}/ui/")
+    page.locator('nav a[href="/ui/models"]').click()
+    page.wait_for_url("**/ui/models")
+    row = page.locator(f'#models tr[data-model="{WHOLE}"]')
+    assert row.locator(f'li[data-kind="{KINDS[0]}"]').get_attribute("data-state") == (
+        "whole model only"
+    )
+    page.select_option("#not-measured-on", KINDS[1])
+    page.locator('form[role="search"] button').click()
+    page.wait_for_url("**not_measured_on=*")
+    listed = site.json("/models", not_measured_on=KINDS[1])
+    assert page.locator("#models tbody tr").count() == listed["total"] > 0
+    page.screenshot(path=str(shots / "ui-models-not-measured.png"), full_page=True)
+    page.locator(f'#models tr[data-model="{WHOLE}"] th a').click()
+    page.wait_for_url(f"**/ui/models/{WHOLE}")
+    trust = page.locator("#trust").inner_text()
+    assert "no estimate" in trust and fmt.si(RUN_S, "s") in trust and "−100" not in trust
+    page.screenshot(path=str(shots / "ui-model-whole-only.png"), full_page=True)
+    page.goto(f"{site.url}/ui/models/{MODEL}?device_kind={KINDS[0]}")
+    estimate = site.json(f"/models/{MODEL}/estimate", device_kind=KINDS[0], limit=1000)
+    assert fmt.percent(estimate["coverage"]) in page.locator("#trust").inner_text()
+    flags = {f for r in estimate["configurations"] for f in (r["flags"] or "").split(",") if f}
+    for flag in flags:
+        assert page.locator("#flag-legend code", has_text=flag).count() == 1
+    phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    tab = phone.new_page()
+    tab.goto(f"{site.url}/ui/models/{MODEL}?device_kind={KINDS[0]}")
+    headers = tab.locator("#by-op thead th").all_inner_texts()
+    assert [h.strip() for h in headers[1:3]] == ["time", "share"]
+    time_cell = tab.locator("#by-op tbody tr").first.locator('[data-field="time_s"]')
+    box = time_cell.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390  # on screen, not scrolled to
+    assert tab.evaluate("document.documentElement.scrollWidth") <= 391
+    tab.screenshot(path=str(shots / "ui-model-phone.png"), full_page=True)
+    phone.close()

@@ -36,9 +36,8 @@ WHOLE = "mlp-small-b8"
 RUN_S = 2.5e-3
 
 
-@pytest.fixture
-def seeded(db_url: str) -> Seeded:
-    found = seed(db_url)
+def add_whole_only(db_url: str) -> None:
+    """Store ``WHOLE`` and a whole-model run of it on ``KINDS[0]``, none of its operators."""
     with Store.open(db_url) as store, store.transaction() as session:
         ingest_specs(session, [load_spec(EXAMPLE_SPECS / f"{WHOLE}.yaml", max_bytes=10**6)])
         kind = queries.get_device_kind(session, KINDS[0])
@@ -51,6 +50,12 @@ def seeded(db_url: str) -> Seeded:
                 **result_row(time_median_s=RUN_S),
             )
         )
+
+
+@pytest.fixture
+def seeded(db_url: str) -> Seeded:
+    found = seed(db_url)
+    add_whole_only(db_url)
     return found
 
 
