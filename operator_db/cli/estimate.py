@@ -176,6 +176,7 @@ def roofline(
         return
     from operator_db.estimate.rooflines import model_roofline
     from operator_db.roofline.explain import count_classes
+    from operator_db.roofline.model import without_work
 
     with open_store(db) as store, store.transaction(read_only=True) as session:
         kind = pick_kind(session, model, device_kind)
@@ -185,12 +186,20 @@ def roofline(
     configs = table[table["op"] != "(model)"]
     bounds = configs["bound"].value_counts().to_dict()
     model_row = table[table["op"] == "(model)"].iloc[0]
+    left_out = without_work(table)
+    whole = (
+        "the model not drawn: not every FLOPs/bytes known"
+        if left_out
+        else f"model at {model_row['intensity']:.1f} FLOP/byte, "
+        f"{(model_row['efficiency'] or 0):.1%} of its roofline bound"
+    )
     console.print(
         f"wrote {path}: {len(table) - 1} configurations "
         f"({bounds.get('memory', 0)} memory-bound, {bounds.get('compute', 0)} "
-        f"compute-bound); model at {model_row['intensity']:.1f} FLOP/byte, "
-        f"{(model_row['efficiency'] or 0):.1%} of its roofline bound"
+        f"compute-bound); {whole}"
     )
+    if left_out:
+        console.print(f"{left_out} configurations without FLOPs/bytes left out")
     counts = count_classes(configs["roof"], configs["efficiency"])  # efficiency: bound / time
     console.print(f"measured, by roof: {counts.describe(view.measured or view.spec)}")
     if as_csv:
@@ -209,6 +218,8 @@ def _kind_roofline(kind: str, out: Path, as_csv: bool, db: str | None) -> None:
         f"wrote {path}: {len(view.table)} configurations on {kind} ({view.dtype} roofs: "
         f"{roof.source if roof is not None else 'none'})"
     )
+    if view.left_out:
+        console.print(f"{view.left_out} configurations without FLOPs/bytes left out")
     console.print(f"by roof: {view.counts.describe(roof)}", soft_wrap=True)
     for cls in ("algorithm", "unexplained"):  # which algorithm, or why none explains a point
         for reason in view.reasons(cls):

@@ -126,6 +126,8 @@ class ConfigsRoofline:
     measured: Peaks | None
     attained: tuple[AttainedRoof, ...]
     """The kind's attained cache roofs, applied or not (one no faster than DRAM is no roof)."""
+    left_out: int = 0
+    """Measured configurations without FLOPs or bytes in their spec: no point, not in ``table``."""
 
     @property
     def reference(self) -> Peaks | None:
@@ -204,7 +206,10 @@ class ConfigsRoofline:
         t = self.table
         points = t[(t["flops"] > 0) & (t["bytes"] > 0) & (t["time_per_call_s"] > 0)]
         if points.empty:
-            raise NotFoundError(f"nothing to plot: no configuration with FLOPs on {self.kind_name}")
+            raise NotFoundError(
+                f"nothing to plot: no configuration with FLOPs on {self.kind_name}"
+                + (f" ({self.left_out} without FLOPs/bytes left out)" if self.left_out else "")
+            )
         fig = new_figure(11.5, 7.0)
         ax = fig.add_subplot()
         lo = max(min(float(points["intensity"].min()) / 4, 0.01), 1e-4)
@@ -245,7 +250,8 @@ class ConfigsRoofline:
             + textwrap.fill(
                 f"{len(points)} configurations: {counts.describe(self.reference)}", width=150
             )
-            + (f"\n{others} of other dtypes, classified against their own roofs" if others else ""),
+            + (f"\n{others} of other dtypes, classified against their own roofs" if others else "")
+            + (f"; {self.left_out} without FLOPs/bytes left out" if self.left_out else ""),
             fontsize=9.5,
         )
         ax.grid(True, which="both", alpha=0.25)
@@ -274,7 +280,7 @@ def kind_configs_roofline(session: Session, kind_name: str) -> ConfigsRoofline:
     kind = queries.get_device_kind(session, kind_name)
     work = queries.kind_config_work(session, kind.id)
     if not work:
-        raise NotFoundError(f"no per-operator result stored on {kind_name}: nothing to draw")
+        raise NotFoundError(f"nothing measured on {kind_name}: no per-operator result stored")
     known = kind_peaks(session, kind, kind_name)
     dtypes = Counter(w.dtype or "float32" for w in work.values())
     dtype = dtypes.most_common(1)[0][0]
@@ -289,11 +295,15 @@ def kind_configs_roofline(session: Session, kind_name: str) -> ConfigsRoofline:
     figures = queries.config_figures(session, None, [kind.id], timing="eager")
     rows: list[dict[str, Any]] = []
     ids: list[int] = []
+    left_out = 0
     for (config_id, _, _), figure in figures.items():
         w = work.get(config_id)
         if w is None:
             continue
-        flops, nbytes = float(w.flops or 0), float(w.bytes or 0)
+        if w.flops is None or w.bytes is None:  # no intensity: no point, no class
+            left_out += 1
+            continue
+        flops, nbytes = float(w.flops), float(w.bytes)
         t = figure.time_median_s
         roof = roofs[w.dtype or "float32"]
         rows.append(
@@ -317,7 +327,9 @@ def kind_configs_roofline(session: Session, kind_name: str) -> ConfigsRoofline:
         ids.append(config_id)
     _explain_above(session, kind.id, rows, ids, roofs)
     table = pd.DataFrame.from_records(rows, columns=CONFIG_COLUMNS)
-    return ConfigsRoofline(kind_name, dtype, table, spec, measured, known.attained_caches)
+    return ConfigsRoofline(
+        kind_name, dtype, table, spec, measured, known.attained_caches, left_out=left_out
+    )
 
 
 def _explain_above(

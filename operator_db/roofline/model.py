@@ -105,9 +105,14 @@ def roofline_table(
     rows: list[dict[str, Any]] = []
     cfgs = est.configs[est.configs["form"] != "opaque"]
     for r in cfgs.itertuples():
-        flops, nbytes, source = roofline_work(
-            float(r.flops or 0), float(r.bytes or 0), (counters or {}).get(str(r.key))
-        )
+        spec_flops, spec_bytes = _known(r.flops), _known(r.bytes)
+        counted = (counters or {}).get(str(r.key))
+        flops, nbytes, source = roofline_work(spec_flops or 0.0, spec_bytes or 0.0, counted)
+        if (source not in ("ncu", "ncu FLOPs") and spec_flops is None) or (
+            source not in ("ncu", "ncu bytes") and spec_bytes is None
+        ):
+            rows.append(_without_work(r, source))
+            continue
         t = r.time_per_call_s if r.measured else None
         bound_ref = None if reference is None else reference.bound_s(flops, nbytes)
         bound = None if reference is None else reference.bound_type(flops, nbytes)
@@ -134,11 +139,16 @@ def roofline_table(
                 ),
             }
         )
-    total_flops = math.fsum(r["count"] * r["flops"] for r in rows)
-    total_bytes = math.fsum(r["count"] * r["bytes"] for r in rows)
+    # The model's work is known only where every configuration's is: a sum without some would
+    # understate it (its point and bound are then left out, as the configurations' are).
+    whole = all(r["flops"] is not None for r in rows)
+    total_flops = math.fsum(r["count"] * r["flops"] for r in rows) if whole else None
+    total_bytes = math.fsum(r["count"] * r["bytes"] for r in rows) if whole else None
     sources = {r["source"] for r in rows}
-    spec_total = sum(r["count"] * r["roofline_spec_s"] for r in rows) if spec else None
-    meas_total = sum(r["count"] * r["roofline_measured_s"] for r in rows) if measured else None
+    spec_total = sum(r["count"] * r["roofline_spec_s"] for r in rows) if spec and whole else None
+    meas_total = (
+        sum(r["count"] * r["roofline_measured_s"] for r in rows) if measured and whole else None
+    )
     model_time = est.full_run_time_s or (est.time_s if est.coverage == 1.0 else None)
     ref_total = meas_total if measured else spec_total
     rows.append(
@@ -149,9 +159,15 @@ def roofline_table(
             "flops": total_flops,
             "bytes": total_bytes,
             "source": sources.pop() if len(sources) == 1 else "mixed",
-            "intensity": arithmetic_intensity(total_flops, total_bytes),
+            "intensity": (
+                None
+                if total_flops is None or total_bytes is None
+                else arithmetic_intensity(total_flops, total_bytes)
+            ),
             "time_per_call_s": model_time,
-            "achieved_flops_per_s": total_flops / model_time if model_time else None,
+            "achieved_flops_per_s": (
+                total_flops / model_time if model_time and total_flops is not None else None
+            ),
             "roofline_spec_s": spec_total,
             "roofline_measured_s": meas_total,
             "bound": None,
@@ -161,6 +177,41 @@ def roofline_table(
         }
     )
     return pd.DataFrame.from_records(rows, columns=ROOFLINE_COLUMNS)
+
+
+def _known(value: Any) -> float | None:
+    """Return a spec's FLOPs or bytes as a float; None where the spec gives none (None, NaN)."""
+    if value is None:
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
+
+
+def _without_work(r: Any, source: str) -> dict[str, Any]:
+    """Return the row of a configuration whose FLOPs or bytes are unknown: no point, no bound."""
+    return {
+        "op": r.op,
+        "inputs": r.inputs,
+        "count": r.count,
+        "flops": None,
+        "bytes": None,
+        "source": source,
+        "intensity": None,
+        "time_per_call_s": r.time_per_call_s if r.measured else None,
+        "achieved_flops_per_s": None,
+        "roofline_spec_s": None,
+        "roofline_measured_s": None,
+        "bound": None,
+        "efficiency": None,
+        "time_share": r.time_share,
+        "roof": None,
+    }
+
+
+def without_work(table: pd.DataFrame) -> int:
+    """Return how many configurations of a roofline table have no FLOPs or bytes (not drawn)."""
+    configs = table[table["op"] != "(model)"]
+    return int((configs["flops"].isna() | configs["bytes"].isna()).sum())
 
 
 def plot_roofline(
@@ -191,12 +242,21 @@ def plot_roofline(
         import matplotlib.pyplot as plt
     except ImportError:
         raise OperatorDBError("plots need matplotlib: pip install 'operator-db[plot]'") from None
-    points = table[(table["op"] != "(model)") & table["achieved_flops_per_s"].notna()]
+    import pandas as pd
+
+    configs = table[table["op"] != "(model)"]
+    if not configs["time_per_call_s"].notna().any():
+        raise NotFoundError(
+            f"nothing measured on {est.device_kind}: no configuration of {est.model} "
+            "(run `opdb measure` or a worker first)"
+        )
+    points = configs[configs["achieved_flops_per_s"].notna()]
     points = points[(points["flops"] > 0) & (points["bytes"] > 0)]
+    left_out = without_work(table)
     if points.empty:
         raise NotFoundError(
-            f"nothing to plot: no measured configuration of {est.model} with FLOPs on "
-            f"{est.device_kind} (run `opdb measure` or a worker first)"
+            f"nothing to plot: no measured configuration of {est.model} on {est.device_kind} "
+            f"has FLOPs and bytes ({left_out} configurations without FLOPs/bytes left out)"
         )
     overlay: list[ChipPeaks] = []
     for name in chips:
@@ -247,7 +307,8 @@ def plot_roofline(
         counts,
     )
     model = table[table["op"] == "(model)"].iloc[0]
-    if model["achieved_flops_per_s"] and model["bytes"]:
+    achieved, nbytes = model["achieved_flops_per_s"], model["bytes"]
+    if pd.notna(achieved) and pd.notna(nbytes) and achieved and nbytes:
         ax.scatter(
             [model["intensity"]],
             [model["achieved_flops_per_s"]],
@@ -271,7 +332,8 @@ def plot_roofline(
     ax.set_title(
         f"Roofline: {est.model} ({est.mode}) on {est.device_kind}\n"
         f"{len(points)} configurations ({counts.describe(reference)}); "
-        "marker area ∝ share of the model's time",
+        + (f"{left_out} configurations without FLOPs/bytes left out; " if left_out else "")
+        + "marker area ∝ share of the model's time",
         fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.25)
