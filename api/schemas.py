@@ -58,6 +58,12 @@ class IngestedSpec(BaseModel):
     new_configs: int
     known_configs: int
     disagreeing_configs: int
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="One line per known configuration whose stored FLOPs, bytes, params or "
+        "outputs differ from the spec's, naming it and the fields (the stored values are kept); "
+        "the first 20, then a count.",
+    )
 
 
 SOURCE = (

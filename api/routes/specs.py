@@ -73,4 +73,13 @@ def _ingest(store: Store, body: bytes, name: str, max_tensor_numel: int) -> Inge
     loaded = admit_spec(load_spec_text(text, name), max_tensor_numel=max_tensor_numel)
     with store.transaction() as session:
         [result] = ingest_specs(session, [loaded])
-    return IngestedSpec(**vars(result))
+    return IngestedSpec(
+        source=result.source,
+        model=result.model,
+        status=result.status,
+        operators=result.operators,
+        new_configs=result.new_configs,
+        known_configs=result.known_configs,
+        disagreeing_configs=result.disagreeing_configs,
+        warnings=result.warnings(),
+    )

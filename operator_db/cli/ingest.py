@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from operator_db.cli.common import DatabaseOption, console, open_store
 
@@ -78,11 +79,8 @@ def ingest(
     for r in results:
         if r.status == "replaced":
             console.print(f"{r.source}: content changed, replaced the operator list of {r.model}")
-        if r.disagreeing_configs:
-            console.print(
-                f"{r.source}: {r.disagreeing_configs} known configurations have other FLOPs, bytes "
-                "or outputs stored; the stored values were kept"
-            )
+        for line in r.warnings():
+            console.print(Text(f"warning: {line}", style="bold yellow"), soft_wrap=True)
     console.print(summary_table(results))
     if mark:
         for loaded in specs:

@@ -22,6 +22,37 @@ _DERIVED = ("outputs", "flops", "flops_backward", "flop_rule", "bytes", "params"
 
 
 @dataclass(frozen=True)
+class Disagreement:
+    """A known configuration whose stored derived fields differ from a spec's (the stored kept)."""
+
+    source: str
+    position: int
+    """The operator's index in the spec (``operators[i]``)."""
+    key: str
+    op: str
+    inputs: str
+    """The inputs' shapes, ``4x32 4x32``."""
+    fields: tuple[tuple[str, Any, Any], ...]
+    """(field, stored value, the spec's value) of each field that differs."""
+
+    def describe(self) -> str:
+        """Return one line naming the configuration and each field that differs."""
+        differ = ", ".join(
+            f"{name} (stored {_shown(stored)}, spec {_shown(given)})"
+            for name, stored, given in self.fields
+        )
+        return (
+            f"{self.source}: operators[{self.position}] ({self.op} on {self.inputs or 'nothing'}) "
+            f"is configuration {self.key}, stored with other {differ}; the stored values are kept"
+        )
+
+
+def _shown(value: Any) -> str:
+    text = "none" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
 class IngestResult:
     """What ingesting one spec did."""
 
@@ -33,6 +64,19 @@ class IngestResult:
     known_configs: int
     disagreeing_configs: int = 0
     """Known configurations whose stored FLOPs/bytes/outputs differ from the spec's (kept)."""
+    disagreements: tuple[Disagreement, ...] = ()
+    """Each of them, in spec order: which fields differ (:meth:`Disagreement.describe`)."""
+
+    def warnings(self, shown: int = 20) -> list[str]:
+        """Return one line per disagreeing configuration (the first ``shown``, then a count)."""
+        lines = [d.describe() for d in self.disagreements[:shown]]
+        more = self.disagreeing_configs - len(lines)
+        if more > 0:
+            lines.append(
+                f"{self.source}: and {more} more known configurations stored with other FLOPs, "
+                "bytes, params or outputs; the stored values are kept"
+            )
+        return lines
 
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -123,18 +167,31 @@ def store_configs(
     return StoredConfigs({**known, **config_ids(session, list(missing))}, len(missing))
 
 
-def _count_disagreements(session: Session, loaded: LoadedSpec, known: dict[str, int]) -> int:
+def _disagreements(
+    session: Session, loaded: LoadedSpec, known: dict[str, int]
+) -> tuple[Disagreement, ...]:
+    """Return the known configurations whose stored derived fields differ from the spec's."""
     if not known:
-        return 0
-    by_key = dict(zip(loaded.keys, loaded.spec.operators, strict=True))
+        return ()
+    positions: dict[str, int] = {}
+    for i, key in enumerate(loaded.keys):
+        positions.setdefault(key, i)
     mode = loaded.spec.model.mode
-    differing = 0
+    found: list[Disagreement] = []
     for chunk in _chunks(list(known)):
         for cfg in session.scalars(select(OperatorConfig).where(OperatorConfig.key.in_(chunk))):
-            wanted = _config_row(cfg.key, by_key[cfg.key], mode)
-            if any(getattr(cfg, name) != wanted[name] for name in _DERIVED):
-                differing += 1
-    return differing
+            op = loaded.spec.operators[positions[cfg.key]]
+            wanted = _config_row(cfg.key, op, mode)
+            fields = tuple(
+                (name, getattr(cfg, name), wanted[name])
+                for name in _DERIVED
+                if getattr(cfg, name) != wanted[name]
+            )
+            if fields:
+                inputs = " ".join("x".join(map(str, t.shape)) for t in op.inputs)
+                where = positions[cfg.key]
+                found.append(Disagreement(loaded.source, where, cfg.key, op.op, inputs, fields))
+    return tuple(sorted(found, key=lambda d: d.position))
 
 
 def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
@@ -155,7 +212,7 @@ def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
         session, [(key, op, mode) for key, op in zip(keys, spec.operators, strict=True)]
     ).ids
     missing = [key for key in ids if key not in known]
-    disagreeing = _count_disagreements(session, loaded, known)
+    disagreeing = _disagreements(session, loaded, known)
 
     info = spec.model
     fields: dict[str, Any] = {
@@ -205,6 +262,7 @@ def ingest_spec(session: Session, loaded: LoadedSpec) -> IngestResult:
         len(keys),
         len(missing),
         len(keys) - len(missing),
+        len(disagreeing),
         disagreeing,
     )
 

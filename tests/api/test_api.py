@@ -39,6 +39,7 @@ def test_upload_then_read(client: TestClient) -> None:
         "new_configs": 4,
         "known_configs": 0,
         "disagreeing_configs": 0,
+        "warnings": [],
     }
     again = client.post("/specs", params={"name": "x.yaml"}, content=text, headers=AUTH)
     assert again.json()["status"] == "unchanged"

@@ -50,7 +50,16 @@ def test_a_spec_without_work_does_not_break_another_models_roofline(
 ) -> None:
     # The first spec to store the ReLU gave it no FLOPs; mlp-small-b8 shares it (same key).
     text = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_text()
-    assert client.post("/specs", params={"name": "s"}, content=text, headers=AUTH).is_success
+    posted = client.post("/specs", params={"name": "s.yaml"}, content=text, headers=AUTH)
+    assert posted.status_code == 201, posted.text
+    body = posted.json()
+    assert body["disagreeing_configs"] == 1
+    [warning] = body["warnings"]  # the stored ReLU has none of the spec's FLOPs and bytes
+    assert warning.startswith("s.yaml: operators[1] (torch.nn.ReLU on 8x256) is configuration ")
+    assert "stored with other flops (stored none, spec 2048), flop_rule (stored none, spec " in (
+        warning
+    )
+    assert warning.endswith("bytes (stored none, spec 16384); the stored values are kept")
     measure_everything(db_url, H100)
     for model in ("mlp-bare", "mlp-small-b8"):
         png = client.get(f"/models/{model}/roofline", params={"device_kind": H100})

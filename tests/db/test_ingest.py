@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
+import yaml
 from sqlalchemy import func, select
 
 from operator_db.db.ingest import ingest_specs
@@ -13,7 +15,7 @@ from operator_db.db.queries import row_counts
 from operator_db.db.store import Store
 from operator_db.errors import ConflictError
 from operator_db.specs import parse_spec
-from tests.helpers import linear_op, relu_op, snapshot, spec_dict
+from tests.helpers import linear_op, relu_op, run_cli, snapshot, spec_dict
 
 
 def test_new_spec_is_stored(store: Store) -> None:
@@ -135,3 +137,42 @@ def test_training_and_inference_configurations_differ(store: Store) -> None:
         modes = sorted(session.scalars(select(OperatorConfig.mode)).all())
     assert [r.new_configs for r in results] == [1, 1]
     assert modes == ["inference", "training"]
+
+
+def test_a_spec_that_disagrees_with_a_stored_configuration_is_named(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str], db_url: str
+) -> None:
+    # The same configuration (same key: op, arguments, inputs) with other FLOPs, bytes and
+    # params: the first stored wins, and the second spec's ingest names it and the fields.
+    first = linear_op()
+    other = linear_op() | {"flops": 1, "bytes": 2, "params": 3}
+    a = parse_spec(spec_dict("a", [relu_op([4, 32]), first]), "a.yaml")
+    b = parse_spec(spec_dict("b", [other]), "b.yaml")
+    with store.transaction() as session:
+        _, result = ingest_specs(session, [a, b])
+    assert result.disagreeing_configs == 1
+    [found] = result.disagreements
+    assert (found.position, found.op, found.inputs, found.key) == (
+        0,
+        "torch.nn.Linear",
+        "4x16",
+        b.keys[0],
+    )
+    assert [name for name, _, _ in found.fields] == ["flops", "bytes", "params"]
+    assert result.warnings() == [
+        f"b.yaml: operators[0] (torch.nn.Linear on 4x16) is configuration {b.keys[0]}, stored "
+        f"with other flops (stored {first['flops']}, spec 1), bytes (stored {first['bytes']}, "
+        f"spec 2), params (stored {first.get('params', 0)}, spec 3); the stored values are kept"
+    ]
+    with store.transaction() as session:
+        stored = session.scalars(select(OperatorConfig).where(OperatorConfig.key == b.keys[0]))
+        assert stored.one().flops == first["flops"]  # kept
+    # Over the CLI: the same line, as a warning.
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(spec_dict("c", [other])))
+    done = run_cli(capsys, "ingest", str(path), "--db", db_url)
+    assert done.code == 0, done.err
+    assert (
+        f"warning: {path}: operators[0] (torch.nn.Linear on 4x16) is configuration {b.keys[0]}, "
+        "stored with other flops" in " ".join(done.out.split())
+    )
