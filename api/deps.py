@@ -78,7 +78,8 @@ def get_read_session(store: Annotated[Store, Depends(get_store)], _slot: Slot) -
         yield session
 
 
-def _tokens(settings: Settings) -> list[tuple[bytes, Right]]:
+def server_tokens(settings: Settings) -> list[tuple[bytes, Right]]:
+    """Return the server's tokens (UTF-8) with what each may do, the write tokens first."""
     write = [settings.api_token] if settings.api_token is not None else []
     write += settings.api_write_tokens
     return [(t.get_secret_value().encode(), "write") for t in write] + [
@@ -93,7 +94,7 @@ def token_right(settings: Settings, token: str) -> Right | None:
     """
     given = token.encode("utf-8", "surrogateescape")
     found: Right | None = None
-    for expected, right in _tokens(settings):
+    for expected, right in server_tokens(settings):
         if secrets.compare_digest(given, expected) and found != "write":
             found = right
     return found
@@ -103,7 +104,7 @@ def _check(
     settings: Settings, credentials: HTTPAuthorizationCredentials | None, need: Right
 ) -> None:
     what = "writes" if need == "write" else "reads"
-    if need == "write" and not any(right == "write" for _, right in _tokens(settings)):
+    if need == "write" and not any(right == "write" for _, right in server_tokens(settings)):
         raise PermissionDeniedError(
             "writes are disabled: the server has no write token (OPDB_API_TOKEN) set"
         )

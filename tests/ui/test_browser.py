@@ -138,6 +138,18 @@ def page(browser: Any) -> Iterator[Page]:
     assert not errors, errors
 
 
+def _wait_for(page: Page, expression: str, timeout_s: float) -> None:
+    """Wait until ``expression`` is true in the page.
+
+    Not ``page.wait_for_function``: its predicate is compiled in the page by ``eval``, which the
+    pages' CSP (``script-src 'self'``) refuses; ``page.evaluate`` runs through the debugger.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"not true after {timeout_s} s: {expression}"
+        page.wait_for_timeout(100)
+
+
 def _text(page: Page, selector: str) -> str:
     return page.locator(selector).inner_text().strip()
 
@@ -189,10 +201,11 @@ def test_model_configuration_job_click_through(site: Site, page: Page, shots: Pa
         assert _cell(shown, "time_per_call_s") == fmt.si(row_json["time_per_call_s"], "s")
     roofline = page.locator("img.roofline")
     roofline.scroll_into_view_if_needed()
-    page.wait_for_function(
+    _wait_for(
+        page,
         "document.querySelector('img.roofline').complete && "
         "document.querySelector('img.roofline').naturalWidth > 0",
-        timeout=60_000,
+        timeout_s=60,
     )
     # Sorting by the time per call, ascending, then descending, from the keyboard.
     header = page.locator("#configurations thead th", has_text="time per call")
@@ -325,10 +338,11 @@ def test_jobs_show_errors_and_holders_and_refresh_live(site: Site, page: Page, s
     # The worker holding the running job fails it: the page shows it without a reload.
     with Store.open(site.db_url) as store, store.transaction() as session:
         queue.fail_job(session, site.seeded.running_job, OWNER, "killed by the test", retry=False)
-    page.wait_for_function(
+    _wait_for(
+        page,
         f"document.querySelector('tr[data-job=\"{site.seeded.running_job}\"]')"
         ".textContent.includes('killed by the test')",
-        timeout=15_000,
+        timeout_s=15,
     )
     assert site.json(f"/jobs/{site.seeded.running_job}")["status"] == "failed"
     page.locator(f'tr[data-job="{site.seeded.failed_job}"] a').first.click()
@@ -430,3 +444,40 @@ def test_a_newcomer_finds_every_model_and_is_never_misled(
     assert tab.evaluate("document.documentElement.scrollWidth") <= 391
     tab.screenshot(path=str(shots / "ui-model-phone.png"), full_page=True)
     phone.close()
+
+
+def test_the_api_reference_renders_offline_under_the_csp(site: Site, page: Page) -> None:
+    """/docs loads nothing from another site (every request elsewhere is cut) and runs no
+    script; the pages' CSP leaves it whole: a console error would fail the test."""
+    elsewhere: list[str] = []
+
+    def only_here(route: Any) -> None:
+        if route.request.url.startswith(site.url):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_here)
+    response = page.goto(f"{site.url}/docs")
+    assert response is not None and response.status == 200
+    assert "content-security-policy" in response.headers
+    assert "the REST API" in _text(page, "h1")
+    enqueue = page.locator("#enqueue")
+    assert "POST /models/{name}/jobs" in enqueue.locator("h2").inner_text()
+    assert enqueue.locator("pre").inner_text().startswith("curl -X POST")
+    assert page.locator("#schema-EnqueueIn").is_visible()
+    assert not elsewhere, elsewhere
+
+
+def test_the_csp_leaves_the_pages_scripts_working(site: Site, page: Page) -> None:
+    """Sorting (ui.js) and the time-share bars (drawn from data-share: no style attribute)."""
+    page.goto(f"{site.url}/ui/models/{MODEL}")
+    bars = page.locator(".bar[data-share]")
+    assert bars.count() > 0
+    widths = bars.evaluate_all("bars => bars.map(b => b.getBoundingClientRect().width)")
+    shares = bars.evaluate_all("bars => bars.map(b => Number(b.dataset.share))")
+    assert any(w > 0 for w in widths) and all(
+        (w > 0) == (s > 0) for w, s in zip(widths, shares, strict=True)
+    ), (widths, shares)
+    assert page.locator("table.sortable th button").count() > 0  # ui.js ran

@@ -58,7 +58,15 @@ function refreshJobs() {
   }, 5000);
 }
 
+// A bar's length comes from its data-share (a percentage): the CSP allows no style attribute.
+function drawBars(root) {
+  for (const bar of root.querySelectorAll(".bar[data-share]")) {
+    bar.style.setProperty("--share", Number(bar.dataset.share) + "%");
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  drawBars(document);
   makeSortable(document);
   refreshJobs();
 });

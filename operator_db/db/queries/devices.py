@@ -29,11 +29,12 @@ _KINDS = {
     "Zp": "a paragraph separator",
     "Co": "a private-use character",
     "Cs": "a surrogate",
-    "Cn": "an unassigned code point",
 }
 NOT_IN_NAMES = frozenset(_KINDS)
 """Unicode categories no new name holds: controls, formats (bidi overrides, zero-width
-characters), line and paragraph separators, private use, surrogates and unassigned code points."""
+characters), line and paragraph separators, private use and surrogates. Unassigned code points
+(Cn) are not refused: their ~700 ranges would make the schema's pattern 30 kB and too slow for
+tools that generate names from it (Hypothesis), and they differ between Python versions."""
 
 
 def _ranges(inside: Callable[[str], bool]) -> str:
@@ -58,11 +59,14 @@ def _not_allowed(char: str) -> bool:
     return char == "/" or unicodedata.category(char) in NOT_IN_NAMES
 
 
-_BAD = _ranges(_not_allowed)
+# Surrogates stay out of the pattern (the check refuses them): no UTF-8 text holds one, and
+# Rust's regex (the schema's validators) refuses a class that names them.
+_BAD = _ranges(lambda c: _not_allowed(c) and unicodedata.category(c) != "Cs")
 _EDGE = _ranges(lambda c: unicodedata.category(c) == "Zs")
 KIND_NAME_PATTERN = f"^[^{_BAD}{_EDGE}](?:[^{_BAD}]*[^{_BAD}{_EDGE}])?$"
 """A device kind's name (``check_device_kind_name``'s rule as the API's schema states it):
-printable characters only, no ``/``, no space at either end. Built from this Python's Unicode
+printable characters only, no ``/``, no space at either end (surrogates, which the check
+refuses, are left out: JSON text as UTF-8 cannot carry one). Built from this Python's Unicode
 tables, in the escapes (u and U followed by hex digits) that Python's re and Rust's regex read."""
 
 
