@@ -144,7 +144,14 @@ def configs_section(
     for i, view in enumerate(views):
         roof = view.reference
         name = CONFIGS_PLOT.format(i=i, slug=_slug(view.kind_name))
-        doc.para(f"**{view.kind_name}** ({view.dtype} roofs: {roof.source if roof else 'none'})")
+        doc.para(
+            f"**{view.kind_name}** ({view.dtype} roofs: {roof.source if roof else 'none'})"
+            + (
+                f"; {view.left_out} configurations without FLOPs/bytes left out"
+                if view.left_out
+                else ""
+            )
+        )
         try:
             view.plot(out / name)
         except NotFoundError as exc:  # no configuration with FLOPs, bytes and a time

@@ -68,6 +68,10 @@ def test_a_configuration_without_work_is_left_out_of_the_plot(
     assert "1 configurations without FLOPs/bytes left out" in kind.out
     estimate = run_cli(capsys, "estimate", "bare", "--device-kind", KIND, "--db", db_url)
     assert estimate.code == 0, estimate.err
+    report = run_cli(capsys, "report", "-o", str(tmp_path / "report"), "--db", db_url)
+    assert report.code == 0, report.err
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "; 1 configurations without FLOPs/bytes left out" in text
 
 
 def test_nothing_measured_is_one_line(
