@@ -68,6 +68,15 @@ def test_the_model_page_shows_the_api_estimate_of_each_kind(client: TestClient) 
         assert fmt.si(estimate["total_time_s"], "s") in row.group(0)
         assert fmt.percent(estimate["time_error"], signed=True) in row.group(0)
         assert estimate["full_run_time_s"] is not None
+        # The energy error with its interval over the trials of both sides, where it is bounded
+        # (two trials of the fake's coarse counter: an end is often infinite, null in JSON).
+        ev = estimate["energy_error_interval"]
+        assert ev is not None and ev["low"] is not None, estimate
+        shown = 'data-field="energy_error_interval"' in row.group(0)
+        assert shown is (ev["high"] is not None and ev["high"] > ev["low"])
+        if shown:
+            low, high = (fmt.percent(ev[end], signed=True) for end in ("low", "high"))
+            assert f"({low} … {high}" in row.group(0)
 
 
 def test_predictions_are_asked_for_and_their_absence_said(client: TestClient) -> None:
