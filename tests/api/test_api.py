@@ -164,7 +164,8 @@ def test_enqueue_interleaved(client: TestClient) -> None:
     assert client.get("/jobs/counts").json() == {"queued": 1}  # one job measures all of it
     est = client.get("/models/mlp-small-b8/estimate", params={"device_kind": "fake:FakeGPU"})
     data = est.json()
-    assert data["between_ops_s"] is None and data["total_time_s"] == data["time_s"] == 0.0
+    assert data["between_ops_s"] is None and data["total_time_s"] is data["time_s"] is None
+    assert data["no_estimate"]  # nothing measured yet: no estimate, and why (not 0 s)
 
 
 def test_every_error_is_a_problem_document(client: TestClient) -> None:
