@@ -230,6 +230,15 @@ class Target:
     """Measure it until tight after the rounds (``tight_ratio``); False: its rounds only (an
     operator whose looped-alone time no estimate of the job composes, where a replay times it
     in context)."""
+    untimed: Call | None = None
+    """Called where a call is not timed (the warm-up, the call before each block) in place of
+    ``run``: a replay's pass that records nothing, so that its figures hold only the passes its
+    blocks time; None: ``run``."""
+
+    @property
+    def warm(self) -> Call:
+        """The call run untimed: ``untimed`` where there is one, else ``run``."""
+        return self.untimed or self.run
 
 
 def measure_interleaved(
@@ -264,7 +273,7 @@ def measure_interleaved(
         return []
     timer = _timer(device, settings, clock)
     rng = random.Random(settings.seed)
-    per_call = [warm_up_for(t.run, timer, settings) for t in targets]
+    per_call = [warm_up_for(t.warm, timer, settings) for t in targets]
     for target in targets:
         if settings.nvtx and target.nvtx_range is not None:
             nvtx_probe(target.run, target.nvtx_range, device)
@@ -279,7 +288,7 @@ def measure_interleaved(
             # One untimed call first: the last target left its own caches, branch predictors and
             # allocator state behind, which would otherwise weigh on blocks of few calls (a
             # model's) more than on blocks of many (a small op's).
-            targets[i].run()
+            targets[i].warm()
             blocks[i].append(timer.block(targets[i].run, calls[i]))
     extra, spent = _until_tight(targets, calls, blocks, timer, settings, rng, clock)
     eagers = []
@@ -350,7 +359,7 @@ def _until_tight(
         rng.shuffle(order)
         start = clock()
         for i in order:
-            targets[i].run()  # untimed first, as in the rounds before
+            targets[i].warm()  # untimed first, as in the rounds before
             blocks[i].append(timer.block(targets[i].run, calls[i]))
         spent += (clock() - start) / 1e9
         extra += 1

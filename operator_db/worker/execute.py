@@ -386,7 +386,7 @@ def _execute_interleaved(
     if model_run.hollow is not None:
         targets.append(Target(_HOLLOW, model_run.hollow, energy=False, graph="never"))
     if replay is not None:
-        targets.append(Target(_REPLAY, replay, energy=False, graph="never"))
+        targets.append(Target(_REPLAY, replay, energy=False, graph="never", untimed=replay.untimed))
     with _grad_mode(model_mode):
         measured = measure_interleaved(targets, device, settings, idle_power=idle_power_w)
     results = {r.target: r for r in measured}

@@ -436,3 +436,24 @@ def test_cache_flush_sizes(tmp_path: Path) -> None:
     assert last_level_cache_bytes(str(root / "missing")) is None
     flush = cache_flush(FakeDevice(), 1 << 16)
     assert int(flush().sum()) == 0  # type: ignore[attr-defined]
+
+
+def test_untimed_calls_take_the_target_s_untimed_call() -> None:
+    """Warm-ups and the call before each block run ``untimed``; only the blocks run ``run``."""
+    clock = ManualClock()
+    device = FakeDevice(update_period_s=0.001, clock=clock, sleep=clock.sleep)
+    calls = {"run": 0, "untimed": 0}
+
+    def call(which: str):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            calls[which] += 1
+            clock.sleep(1e-3)
+
+        return run
+
+    settings = fast_settings(block_min_s=0.002, blocks=5, energy=False, warmup_min_calls=3)
+    target = Target("replay", call("run"), untimed=call("untimed"))
+    [result] = measure_interleaved([target], device, settings, clock=clock, sleep=clock.sleep)
+    timed = result.eager.calls_per_block * len(result.eager.block_s)
+    assert calls["run"] == timed == 2 * 5  # the blocks only
+    assert calls["untimed"] >= 3 + 5  # the warm-up, then one before each block

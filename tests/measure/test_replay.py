@@ -196,3 +196,20 @@ def test_a_device_that_always_catches_up_is_said() -> None:
         replay()
     assert len(device.holds) == HOLD_RETRIES + 1
     assert replay.figures().caught_up == 1
+
+
+def test_an_untimed_pass_runs_the_calls_and_records_nothing() -> None:
+    """The pass before a timed block (after another target) is not one of the replay's passes."""
+    linear = build_op(OperatorSpec.model_validate(linear_op(8, 8, batch=2)))
+    relu = build_op(OperatorSpec.model_validate(relu_op([2, 8])))
+    seen: list[str] = []
+    linear.module.register_forward_hook(lambda *_: seen.append("lin"))  # type: ignore[union-attr]
+    replay = Replay([("lin", linear), ("relu", relu)])
+    with torch.no_grad():
+        out = replay.untimed()
+        with pytest.raises(ValueError):
+            replay.figures()  # nothing recorded yet
+        replay()
+        replay.untimed()
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 8)
+    assert seen == ["lin", "lin", "lin"] and replay.figures().passes == 1
