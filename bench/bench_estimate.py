@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from operator_db.cli.process_env import ensure_start_env
 from operator_db.config import get_settings
 from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
@@ -73,6 +74,7 @@ def _settings(text: str) -> list[tuple[str, int | None]]:
 
 
 def main() -> None:
+    ensure_start_env()  # glibc's allocator as `opdb measure` sets it (cli/process_env.py)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "specs", nargs="*", default=[str(ROOT / f"measurement_specs/{n}.yaml") for n in DEFAULT]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from operator_db.cli.process_env import ensure_start_env
 from operator_db.config import get_settings
 from operator_db.db import queue
 from operator_db.db.ingest import ingest_specs
@@ -98,6 +99,7 @@ def _one(spec_path: Path, folder: Path, label: str, index: int, threads: int | N
 
 
 def main() -> None:
+    ensure_start_env()  # glibc's allocator as `opdb measure` sets it (cli/process_env.py)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", default=str(ROOT / "measurement_specs/resnet50-b1.yaml"))
     parser.add_argument("--repeats", type=int, default=10)

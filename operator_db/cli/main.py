@@ -146,7 +146,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    A measuring command starts again at once with glibc's allocator set from the process's start
+    (:func:`operator_db.cli.process_env.start_env`).
+    """
+    from operator_db.cli.process_env import start_env
+
+    env = start_env(sys.argv, dict(os.environ))
+    if env is not None:
+        os.execve(sys.executable, [sys.executable, "-m", "operator_db", *sys.argv[1:]], env)
     code = main()
     if code == EXIT_RESTART:
         # The CUDA context is poisoned: the interpreter's teardown frees CUDA tensors, which may

@@ -342,11 +342,9 @@ def _until_tight(
     Until every target's 95 % interval is within ``tight_ratio`` of its median (those with
     ``tight``), ``tight_budget_s`` has passed or ``max_blocks`` rounds have run. Every ``tight``
     target runs in every added round, the tight ones too: the figures an estimate compares
-    (the replay, the model, its hollow run) must be sampled at the same moments, or a change
-    of the machine's speed while only the model was still being timed moves the model alone.
-    On a 2-vCPU VM whose speed changed in stretches of seconds (28 ms vs 38 ms a ResNet-50
-    call), extending the loose model alone put the estimate 15.8 % below it; measured together,
-    they moved together. Returns the rounds added and their seconds.
+    must be sampled at the same moments (extending a loose ResNet-50 alone, on a VM whose speed
+    changed in stretches of seconds, put the estimate 15.8 % below it). Returns the rounds
+    added and their seconds.
     """
     extra, spent = 0, 0.0
     if settings.tight_ratio <= 0:
