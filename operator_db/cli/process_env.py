@@ -22,27 +22,33 @@ first repeat gave +0.3, −0.0 and +0.2 % (three processes). Why the start matte
 the heap the process built before the worker started is the difference."""
 
 
+def _wanted(environ: dict[str, str]) -> bool:
+    """Whether a process with ``environ`` should start again with :data:`PROCESS_START_ENV`.
+
+    On Linux, lacking any of it, with ``OPDB_MEASURE__RETAIN_FREED_MEMORY`` not turned off.
+    """
+    import sys
+
+    if not sys.platform.startswith("linux") or all(k in environ for k in PROCESS_START_ENV):
+        return False
+    return environ.get("OPDB_MEASURE__RETAIN_FREED_MEMORY", "").lower() not in ("0", "false", "no")
+
+
 def start_env(argv: list[str], environ: dict[str, str]) -> dict[str, str] | None:
     """Return the environment to run ``argv`` (an ``opdb`` command line) in again, or None.
 
     Only for a command of :data:`MEASURING_COMMANDS` started from a file (the ``opdb`` script,
-    ``python -m operator_db``) on Linux, whose environment lacks :data:`PROCESS_START_ENV`, and
-    with ``OPDB_MEASURE__RETAIN_FREED_MEMORY`` not turned off.
+    ``python -m operator_db``) where :func:`_wanted` says so.
     """
     import os
-    import sys
 
-    if not sys.platform.startswith("linux") or len(argv) < 2 or argv[1] not in MEASURING_COMMANDS:
+    if len(argv) < 2 or argv[1] not in MEASURING_COMMANDS or not os.path.isfile(argv[0]):
         return None
-    if not os.path.isfile(argv[0]) or all(k in environ for k in PROCESS_START_ENV):
-        return None
-    if environ.get("OPDB_MEASURE__RETAIN_FREED_MEMORY", "").lower() in ("0", "false", "no"):
-        return None
-    return {**PROCESS_START_ENV, **environ}
+    return {**PROCESS_START_ENV, **environ} if _wanted(environ) else None
 
 
 def ensure_start_env() -> None:
-    """Run this Python program again with :data:`PROCESS_START_ENV` where it lacks any of it.
+    """Run this Python program again with :data:`PROCESS_START_ENV` where :func:`_wanted` says so.
 
     For the benchmarks that measure in their own process (``bench/bench_repeat.py``,
     ``bench/bench_estimate.py``), so that they measure as ``opdb measure`` does.
@@ -50,5 +56,5 @@ def ensure_start_env() -> None:
     import os
     import sys
 
-    if sys.platform.startswith("linux") and not all(k in os.environ for k in PROCESS_START_ENV):
+    if _wanted(dict(os.environ)):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**PROCESS_START_ENV, **os.environ})

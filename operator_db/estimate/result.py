@@ -338,22 +338,26 @@ class Estimate:
             "full_run_source": self.full_run_source,
             "sources": self.sources,
             "time_error": self.time_error,
-            "time_interval": None
-            if self.time_interval is None
-            else finite_values(self.time_interval.as_dict()),
-            "full_run_interval": None
-            if self.full_run_interval is None
-            else finite_values(self.full_run_interval.as_dict()),
-            "time_error_interval": None
-            if self.time_error_interval is None
-            else finite_values(self.time_error_interval.as_dict()),
-            "within_noise": None
-            if self.time_error_interval is None
-            else self.time_error_interval.holds(0.0),
+            **_noise_fields(
+                ("time_interval", "full_run_interval", "time_error_interval", "within_noise"),
+                self.time_interval,
+                self.full_run_interval,
+                self.time_error_interval,
+            ),
             "figures_without_interval": None if self.noise is None else self.noise.exact_rows,
             "operators_time_error": self.operators_time_error,
             "energy_error": self.energy_error,
-            **_energy_intervals(self),
+            **_noise_fields(
+                (
+                    "energy_interval",
+                    "full_run_energy_interval",
+                    "energy_error_interval",
+                    "energy_within_noise",
+                ),
+                self.energy_interval,
+                self.full_run_energy_interval,
+                self.energy_error_interval,
+            ),
             "roofline_time_s": self.roofline_time_s,
             "peaks": None if self.peaks is None else self.peaks.as_dict(),
             "predicted": self.predicted,
@@ -370,16 +374,19 @@ class Estimate:
         }
 
 
-def _energy_intervals(est: Estimate) -> dict[str, Any]:
-    """Return the summary's energy intervals (``Interval.as_dict``) and the noise verdict."""
-    ivs = {
-        "energy_interval": est.energy_interval,
-        "full_run_energy_interval": est.full_run_energy_interval,
-        "energy_error_interval": est.energy_error_interval,
-    }
+def _noise_fields(
+    names: tuple[str, str, str, str],
+    mine: Interval | None,
+    run: Interval | None,
+    error: Interval | None,
+) -> dict[str, Any]:
+    """Return the summary's intervals of one figure (``Interval.as_dict``), named by ``names``.
+
+    ``names``: the estimate's, the run's, the error's, then whether the error's holds 0.
+    """
     out: dict[str, Any] = {
-        k: None if v is None else finite_values(v.as_dict()) for k, v in ivs.items()
+        name: None if iv is None else finite_values(iv.as_dict())
+        for name, iv in zip(names[:3], (mine, run, error), strict=True)
     }
-    error = ivs["energy_error_interval"]
-    out["energy_within_noise"] = None if error is None else error.holds(0.0)
+    out[names[3]] = None if error is None else error.holds(0.0)
     return out
