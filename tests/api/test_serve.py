@@ -23,6 +23,20 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _wait_for_health(server: subprocess.Popen[bytes], base: str, within_s: float = 60) -> None:
+    """Wait until the server at ``base`` answers /health with 200 (fail if it dies or is late)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert server.poll() is None, server.stdout.read().decode() if server.stdout else ""
+        assert time.monotonic() < deadline, f"the server did not start within {within_s:g} s"
+        time.sleep(0.3)
+
+
 def test_a_served_api_answers_and_keeps_its_connections(tmp_path: Path) -> None:
     port = _free_port()
     env = {
@@ -38,16 +52,7 @@ def test_a_served_api_answers_and_keeps_its_connections(tmp_path: Path) -> None:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None, server.stdout.read().decode() if server.stdout else ""
-            assert time.monotonic() < deadline, "the server did not start within 60 s"
-            time.sleep(0.3)
+        _wait_for_health(server, base)
         with httpx.Client(base_url=base, timeout=10) as client:
             spec = (EXAMPLE_SPECS / "mlp-small-b8.yaml").read_bytes()
             auth = {"Authorization": "Bearer tok"}
