@@ -134,10 +134,18 @@ class GuardedH11Protocol(H11Protocol):
             self._stop_waiting()
 
     def on_response_complete(self) -> None:
-        """Between requests the connection may be closed for a newer one (keep-alive timer runs)."""
+        """Between requests the connection may be closed for a newer one (keep-alive timer runs).
+
+        Where the next head's first bytes came while the response was still going out (h11
+        holds them, unparsed), its clock starts now: ``data_received`` saw a request in
+        progress then, and armed nothing.
+        """
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-            self.waiting[self] = None
+            if self.conn.trailing_data[0]:
+                self._wait_for_head()
+            else:
+                self.waiting[self] = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Forget the connection's wait, then let uvicorn close it."""

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from api.server import connection_cap, raise_open_files_limit
-from tests.api.test_serve import _free_port
+from tests.api.test_serve import _free_port, _wait_for_health
 
 pytestmark = pytest.mark.slow
 
@@ -37,15 +37,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "no server"
-            time.sleep(0.3)
+        _wait_for_health(server, f"http://127.0.0.1:{port}")
         yield "127.0.0.1", port
     finally:
         server.terminate()
@@ -98,6 +90,17 @@ def test_a_kept_alive_connection_is_timed_on_its_next_head(served: tuple[str, in
         assert _response(sock).startswith(b"HTTP/1.1 200 ")  # the whole of it: the body too
         sock.sendall(b"GET /health HTTP/1.1\r\n")
         assert _answer(sock, 10).startswith(b"HTTP/1.1 408 ")
+
+
+def test_a_next_head_begun_during_the_response_is_timed(served: tuple[str, int]) -> None:
+    """Its first bytes came while the response went out: its clock starts with the next cycle
+    (it used to start none, and the keep-alive timer closed the connection 5 s later, silent)."""
+    with socket.create_connection(served) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\n")
+        assert _response(sock).startswith(b"HTTP/1.1 200 ")
+        start = time.monotonic()
+        assert _answer(sock, 10).startswith(b"HTTP/1.1 408 ")
+        assert time.monotonic() - start < 4  # the 1 s head timeout, not the 5 s keep-alive
 
 
 def test_slow_connections_beyond_the_cap_do_not_lock_others_out(served: tuple[str, int]) -> None:
