@@ -63,17 +63,27 @@ async def session_slot(request: Request) -> AsyncIterator[None]:
         yield
 
 
-Slot = Annotated[None, Depends(session_slot)]
+Slot = Annotated[None, Depends(session_slot, scope="function")]
 
 
 def get_session(store: Annotated[Store, Depends(get_store)], _slot: Slot) -> Iterator[Session]:
-    """Yield a write session; one request is one transaction, committed when the route returns."""
+    """Yield a write session; one request is one transaction, committed when the route returns.
+
+    Committed before the response is sent (``SessionDep``'s ``scope="function"``): a commit that
+    fails is answered 503 (``DatabaseError``) or 507 (``DiskFullError``), never a success whose
+    write was lost.
+    """
     with store.transaction() as session:
         yield session
 
 
 def get_read_session(store: Annotated[Store, Depends(get_store)], _slot: Slot) -> Iterator[Session]:
-    """Yield a read-only session: it takes no write lock (SQLite) and commits nothing."""
+    """Yield a read-only session: it takes no write lock (SQLite) and commits nothing.
+
+    Ended before the response is sent, as the write session is: a database failure at its end is
+    a 503 problem document, not a connection dropped after the response began (with a yield
+    dependency's default scope, ``"request"``, its end ran after the response was sent).
+    """
     with store.transaction(read_only=True) as session:
         yield session
 
@@ -132,7 +142,7 @@ async def require_read(
         _check(settings, credentials, "read")
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
-"""A write transaction (routes that change the database)."""
-ReadSessionDep = Annotated[Session, Depends(get_read_session)]
-"""A read-only transaction (routes that only read)."""
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+"""A write transaction (routes that change the database), committed before the response."""
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
+"""A read-only transaction (routes that only read), ended before the response."""

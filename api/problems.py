@@ -23,6 +23,7 @@ from operator_db.errors import (
     AuthenticationError,
     ConflictError,
     DatabaseError,
+    DiskFullError,
     InvalidInputError,
     NotFoundError,
     OperatorDBError,
@@ -40,12 +41,13 @@ _STATUS: list[tuple[type[OperatorDBError], int]] = [
     (AuthenticationError, 401),
     (PermissionDeniedError, 403),
     (TooLargeError, 413),
+    (DiskFullError, 507),
     (DatabaseError, 503),
     (OperatorDBError, 400),
 ]
 """Domain error → HTTP status, most specific first (the only place that knows HTTP codes)."""
 
-ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 503)
+ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 503, 507)
 """Statuses the API may answer with a problem document; OpenAPI declares them all."""
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

@@ -43,6 +43,14 @@ class DatabaseError(OperatorDBError):
     retryable = True
 
 
+class DiskFullError(DatabaseError):
+    """The database's disk is full (SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100).
+
+    The transaction that met it was rolled back, so nothing of it was written; reads still work,
+    and a write succeeds again once space is freed.
+    """
+
+
 class DeviceError(OperatorDBError):
     """A device refused or failed an operation."""
 

@@ -4,13 +4,17 @@ the one rule for GPU tests that cannot run (skip, or fail where ``OPDB_REQUIRE_G
 from __future__ import annotations
 
 import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from sqlalchemy import inspect, select, text
+from sqlalchemy import event, inspect, select, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.pool import Pool
 
 from operator_db.cli.main import main
 from operator_db.db.queries.tables import TABLES
@@ -162,3 +166,30 @@ def measure_everything(db_url: str, kind_name: str) -> None:
                     config_id=config_id, device_kind_id=kind.id, host_id=host.id, **result_row()
                 )
             )
+
+
+@contextmanager
+def sqlite_size_capped(engine: Engine | None = None) -> Iterator[None]:
+    """While open, SQLite databases cannot grow: a write that needs a new page fails as on a full
+    disk ("database or disk is full", SQLITE_FULL) and reads go on.
+
+    Each connection's ``PRAGMA max_page_count`` (it is not stored in the file) is set to the
+    database's size when the connection opens: ``engine``'s connections (its pool is emptied
+    first), or with None those of every engine opened meanwhile (a CLI command's own).
+    """
+
+    def cap(dbapi_conn: Any, _record: Any) -> None:
+        if isinstance(dbapi_conn, sqlite3.Connection):
+            pages = dbapi_conn.execute("PRAGMA page_count").fetchone()[0]
+            dbapi_conn.execute(f"PRAGMA max_page_count = {pages}")
+
+    target: Any = engine if engine is not None else Pool
+    if engine is not None:
+        engine.dispose()
+    event.listen(target, "connect", cap)
+    try:
+        yield
+    finally:
+        event.remove(target, "connect", cap)
+        if engine is not None:
+            engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from operator_db.errors import DatabaseError
+from operator_db.errors import DatabaseError, DiskFullError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another process's lock before failing, in milliseconds."""
@@ -92,10 +93,50 @@ def make_sessionmaker(engine: Engine, *, write: bool = True) -> sessionmaker[Ses
     return sessionmaker(bind=bound, expire_on_commit=False)
 
 
+SQLITE_FULL = 13
+"""SQLite's result code for "database or disk is full" (a size cap, ``max_page_count``, too)."""
+POSTGRES_DISK_FULL = "53100"
+"""PostgreSQL's SQLSTATE ``disk_full`` ("could not extend file …: No space left on device")."""
+
+
 def describe_db_error(exc: DBAPIError, url: str) -> DatabaseError:
-    """Translate a driver error into a one-line :class:`DatabaseError` naming the database."""
+    """Translate a driver error into a one-line :class:`DatabaseError` naming the database.
+
+    A full disk is a :class:`DiskFullError` (the database reads fine; only writes fail), a
+    dropped or refused connection "is unavailable", any other refusal "refused the operation".
+    """
     original = getattr(exc, "orig", None) or exc
     first = str(original).strip().splitlines()[0] if str(original).strip() else type(exc).__name__
+    if _is_disk_full(original):
+        sqlite = url.startswith("sqlite")
+        return DiskFullError(
+            f"database {safe_url(url)}: the disk is full ({first}{_free_space(url)}): "
+            f"nothing of the transaction was written; free space"
+            f"{'' if sqlite else ' on the database server'} and retry"
+        )
     if isinstance(exc, OperationalError):
         return DatabaseError(f"database {safe_url(url)} is unavailable: {first}")
     return DatabaseError(f"database {safe_url(url)} refused the operation: {first}")
+
+
+def _is_disk_full(original: BaseException) -> bool:
+    """Whether a driver's error says the disk is full (sqlite3 or psycopg; neither imported)."""
+    code = getattr(original, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == SQLITE_FULL  # the primary code under an extended one
+    return getattr(original, "sqlstate", None) == POSTGRES_DISK_FULL
+
+
+def _free_space(url: str) -> str:
+    """``"; 1.2 GiB free in DIR"`` for a SQLite file's directory; empty where not known."""
+    try:
+        parsed = make_url(url)
+        database = parsed.database
+        if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+            return ""
+        where = Path(database.removeprefix("file:").split("?")[0]).expanduser().resolve().parent
+        free = shutil.disk_usage(where).free
+    except Exception:  # noqa: BLE001 - the figure is a help to the message, never its failure
+        return ""
+    size = f"{free / 2**30:.1f} GiB" if free >= 2**30 else f"{free / 2**20:.1f} MiB"
+    return f"; {size} free in {where}"

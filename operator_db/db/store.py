@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -15,6 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from operator_db.config import Settings
 from operator_db.db.engine import describe_db_error, make_engine, make_sessionmaker, safe_url
 from operator_db.db.migrate import ensure_current
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,10 +65,12 @@ class Store:
         """Yield a session that commits when the block ends, or rolls everything back.
 
         Keep write transactions short: on SQLite one holds the database's write lock from its
-        first statement. ``read_only`` transactions take no lock.
+        first statement. ``read_only`` transactions take no lock. Rolling back or closing once the
+        transaction has ended does not raise (a failure is logged): see :meth:`_end`.
 
         Raises:
             DatabaseError: the database failed; nothing of the block was kept.
+            DiskFullError: the database's disk is full; nothing of the block was kept.
         """
         factory = self.read_sessions if read_only and self.read_sessions else self.sessions
         session = factory()
@@ -73,13 +78,25 @@ class Store:
             yield session
             session.commit()
         except DBAPIError as exc:
-            session.rollback()
+            self._end(session.rollback, "rolling back")
             raise describe_db_error(exc, self.url) from None
         except BaseException:
-            session.rollback()
+            self._end(session.rollback, "rolling back")
             raise
         finally:
-            session.close()
+            self._end(session.close, "closing")
+
+    def _end(self, step: Callable[[], None], doing: str) -> None:
+        """Roll back or close a session whose transaction has ended; log a failure, never raise.
+
+        Called after a commit (nothing is left to lose) or on the way out with another error
+        (which must reach the caller, not this one): a dropped connection fails here too, and the
+        server rolls back whatever it had of the transaction when the connection goes.
+        """
+        try:
+            step()
+        except DBAPIError as exc:
+            log.warning("%s a session failed: %s", doing, describe_db_error(exc, self.url))
 
     def close(self) -> None:
         """Release every pooled connection."""

@@ -18,7 +18,14 @@ from operator_db.db.migrate import head_revision
 from operator_db.db.queries import row_counts
 from operator_db.db.store import Store
 from tests.conftest import POSTGRES_URL
-from tests.helpers import EXAMPLE_SPECS, linear_op, run_cli, snapshot, spec_dict
+from tests.helpers import (
+    EXAMPLE_SPECS,
+    linear_op,
+    run_cli,
+    snapshot,
+    spec_dict,
+    sqlite_size_capped,
+)
 
 HEAD = head_revision()
 """The newest migration: what every command expects."""
@@ -172,6 +179,27 @@ def test_unreachable_database_is_one_line(capsys: pytest.CaptureFixture[str]) ->
         "error: database postgresql+psycopg://postgres:***@127.0.0.1:1/none is unavailable: "
     )
     assert "secret" not in result.err
+
+
+def test_a_full_disk_is_one_line_saying_so_and_reads_go_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'full.sqlite'}"
+    toy, wide = tmp_path / "toy.yaml", tmp_path / "wide.yaml"
+    toy.write_text(yaml.safe_dump(spec_dict("toy")))
+    wide.write_text(yaml.safe_dump(spec_dict("wide", [linear_op(inp=8 + i) for i in range(200)])))
+    assert run_cli(capsys, "ingest", str(toy), "--db", url).code == 0
+    with sqlite_size_capped():  # SQLite fails a write that grows the file as on a full disk
+        full = run_cli(capsys, "ingest", str(wide), "--db", url)
+        listed = run_cli(capsys, "models", "list", "--db", url)
+    assert full.code == 1
+    [line] = full.err.strip().splitlines()  # before: "database … is unavailable: database or …"
+    assert line.startswith(f"error: database {url}: the disk is full (database or disk is full; ")
+    assert line.endswith(
+        f" free in {tmp_path.resolve()}): nothing of the transaction was written; "
+        "free space and retry"
+    )
+    assert listed.code == 0 and "toy" in listed.out and "wide" not in listed.out
 
 
 def test_postgres_behind_head_is_not_migrated_silently(

@@ -1,0 +1,114 @@
+"""The database failing at a session's end, or its disk full: always a whole HTTP answer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from operator_db.db.store import Store
+from tests.api.common import AUTH, api_client
+from tests.helpers import linear_op, spec_dict, sqlite_size_capped
+
+MODEL = "mlp-small-b8"
+DROPPED = "terminating connection due to administrator command"
+"""What PostgreSQL says to a session whose connection it ends (a restart, pg_terminate_backend)."""
+WIDE = 200
+"""Operators of a model whose jobs need more pages than a database's slack holds."""
+
+
+def failing_at(step: str) -> type[Session]:
+    """A session class whose ``step`` (``commit`` or ``close``) fails as a dropped connection."""
+
+    def fail(self: Session) -> None:
+        if step == "close":
+            Session.close(self)  # the connection goes back to the pool; then the failure
+        raise OperationalError(step.upper(), None, Exception(DROPPED))
+
+    return type(f"FailsAt{step.title()}", (Session,), {step: fail})
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, store: Store, which: str, step: str) -> None:
+    """Make ``store``'s ``which`` factory (``read_sessions`` or ``sessions``) fail at ``step``."""
+    factory: sessionmaker[Session] = getattr(store, which)
+    monkeypatch.setattr(store, which, sessionmaker(**{**factory.kw, "class_": failing_at(step)}))
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    with api_client(db_url, [MODEL]) as c:
+        yield c
+
+
+def is_problem(response: Any, status: int, error: str) -> bool:
+    body = response.json()
+    return (
+        response.status_code == status
+        and response.headers["content-type"] == "application/problem+json"
+        and (body["status"], body["error"]) == (status, error)
+    )
+
+
+def test_a_read_whose_commit_fails_is_a_503_problem(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inject(monkeypatch, client.app.state.store, "read_sessions", "commit")  # type: ignore[attr-defined]
+    # Before the session ended ahead of the response, the failure came after the 200 had begun:
+    # the test client raised it, a real client saw its connection dropped.
+    answer = client.get("/models")
+    assert is_problem(answer, 503, "DatabaseError")
+    assert DROPPED in answer.json()["detail"]
+    page = client.get("/ui/")  # the pages' reads end the same way
+    assert page.status_code == 503
+
+
+def test_a_read_whose_close_fails_keeps_its_answer(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    expected = client.get("/models").json()
+    inject(monkeypatch, client.app.state.store, "read_sessions", "close")  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="operator_db.db.store"):
+        answer = client.get("/models")
+    assert answer.status_code == 200 and answer.json() == expected
+    assert [r.getMessage() for r in caplog.records] == [
+        f"closing a session failed: database {client.app.state.store.display_url} "  # type: ignore[attr-defined]
+        f"is unavailable: {DROPPED}"
+    ]
+
+
+def test_a_write_whose_commit_fails_is_a_503_and_stores_nothing(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store: Store = client.app.state.store  # type: ignore[attr-defined]
+    with monkeypatch.context() as patch:
+        inject(patch, store, "sessions", "commit")
+        answer = client.post(f"/models/{MODEL}/jobs", json={"device_kind": "cpu:x"}, headers=AUTH)
+    # Before, the commit ran after a 201 had been sent: the client was told of jobs never stored.
+    assert is_problem(answer, 503, "DatabaseError")
+    assert client.get("/jobs/counts").json() == {}
+    assert client.get("/jobs").json()["total"] == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_full_disk_is_a_507_problem_and_reads_go_on(client: TestClient) -> None:
+    store: Store = client.app.state.store  # type: ignore[attr-defined]
+    wide = yaml.safe_dump(spec_dict("wide", [linear_op(inp=8 + i) for i in range(WIDE)]))
+    assert client.post("/specs", params={"name": "wide"}, content=wide, headers=AUTH).is_success
+    before = client.get("/models/wide").json()
+    with sqlite_size_capped(store.engine):  # SQLite then fails as on a full disk
+        answer = client.post("/models/wide/jobs", json={"device_kind": "cpu:x"}, headers=AUTH)
+        assert is_problem(answer, 507, "DiskFullError")
+        body = answer.json()
+        assert body["title"] == "Insufficient Storage"
+        assert body["detail"].startswith(f"database {store.display_url}: the disk is full (")
+        assert body["detail"].endswith(
+            ": nothing of the transaction was written; free space and retry"
+        )
+        assert client.get("/models/wide").json() == before
+        assert client.get("/jobs").json()["total"] == 0
