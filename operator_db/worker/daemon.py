@@ -4,6 +4,12 @@ One job is one transaction of results: the rows are written and the job marked d
 only if this worker still owns the job's lease. A heartbeat thread renews the lease while the job is
 measured; a worker that dies stops renewing, its lease expires, and another worker takes the job.
 
+While it holds no job, a worker waits out a database that fails (a restart, a dropped connection,
+a full disk): each failed claim is followed by a longer wait (:func:`claim_backoff_s`) and one
+``db_error`` event, for as long as the database takes, unless ``max_db_failures`` is set; a stop
+request ends the wait at once. Loading a claimed job and finishing it are not retried (see
+:meth:`Worker._work`).
+
 A sticky CUDA error (a device-side assert, an illegal memory access, ...) leaves the process's CUDA
 context unusable: the worker then makes no further CUDA call, gives the job back to the queue (the
 attempt counts), and stops with :class:`DeviceContextLostError`, so that its process exits and a
@@ -13,6 +19,7 @@ supervisor starts a fresh one.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import threading
 import time
@@ -98,8 +105,13 @@ class WorkerOptions:
     max_jobs: int | None = None
     until_idle: bool = False
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
-    max_db_failures: int = 5
-    """Consecutive database failures before the worker gives up."""
+    db_retry_s: float = 1.0
+    """The wait after a failed claim, s; it doubles with each failure in a row (with jitter)."""
+    db_retry_cap_s: float = 30.0
+    """The longest wait between two claims while the database fails, s."""
+    max_db_failures: int | None = None
+    """Failed claims in a row before the worker gives up (raises); None: it waits for the
+    database as long as it takes (it holds no job meanwhile), until it is stopped."""
     model_ids: frozenset[int] | None = None
     """Take only these models' jobs (their runs and their configurations'); None: any job."""
     watch_noise: bool = True
@@ -107,6 +119,15 @@ class WorkerOptions:
     each job runs, and flag its results ``host_noisy`` with the reasons (``devices/noise.py``)."""
     noise_reader: Callable[[Device], HostReader] = HostReader.for_device
     """What reads the host for ``watch_noise`` (tests give a fake)."""
+
+
+def claim_backoff_s(failures: int, first_s: float, cap_s: float, jitter: float) -> float:
+    """Return the wait after ``failures`` failed claims in a row, s.
+
+    ``first_s`` doubled with each failure, at most ``cap_s``, times ``0.5 + jitter / 2``
+    (``jitter`` in [0, 1)): workers that lost the database together come back spread out.
+    """
+    return min(cap_s, first_s * 2.0 ** (failures - 1)) * (0.5 + jitter / 2)
 
 
 class _Heartbeat:
@@ -225,7 +246,8 @@ class Worker:
         """Work until stopped, idle (``until_idle``) or ``max_jobs`` jobs were taken.
 
         Raises:
-            DatabaseError: the database stayed unavailable for ``max_db_failures`` attempts.
+            DatabaseError: registering failed (the database is not usable at the start), or
+                ``max_db_failures`` claims in a row failed, where that is set.
             DeviceContextLostError: a job hit a sticky CUDA error (now or in an earlier run): its
                 job went back to the queue and this process cannot use the device again.
                 ``self.stats`` holds what the run did.
@@ -258,25 +280,24 @@ class Worker:
             if self.options.max_jobs is not None and taken >= self.options.max_jobs:
                 break
             try:
-                self._refresh_idle_power()  # before claiming: the lease must not tick meanwhile
-                with self.store.transaction() as session:
-                    queue.expire_exhausted(session)
-                with self.store.transaction() as session:
-                    job = queue.claim_job(
-                        session,
-                        kind_id,
-                        self.options.name,
-                        self.options.lease_s,
-                        model_ids=self.options.model_ids,
-                    )
-                    claimed = None if job is None else (job.id, queue.job_target_name(session, job))
+                claimed = self._claim(kind_id)
                 db_failures = 0
             except DatabaseError as exc:
+                # No job is held: waiting costs nothing, and the claim is safe to repeat (a
+                # claim that did commit unseen gives its job back when the lease expires).
                 db_failures += 1
-                self._emit("db_error", str(exc))
-                if db_failures >= self.options.max_db_failures:
+                opts = self.options
+                if opts.max_db_failures is not None and db_failures >= opts.max_db_failures:
+                    self._emit("db_error", f"claiming failed {db_failures} times: {exc}; giving up")
                     raise
-                self._sleep(min(self.options.poll_s * 2**db_failures, 60.0))
+                wait = claim_backoff_s(
+                    db_failures, opts.db_retry_s, opts.db_retry_cap_s, random.random()
+                )
+                self._emit(
+                    "db_error",
+                    f"claiming failed ({db_failures} in a row): {exc}; again in {wait:.1f} s",
+                )
+                self._sleep(wait)
                 continue
             except RuntimeError as exc:  # the idle-power window synchronizes the device
                 if not is_sticky_cuda_error(exc):
@@ -301,6 +322,26 @@ class Worker:
         if self.context_lost is not None:
             raise self._lost_error()
         return stats
+
+    def _claim(self, kind_id: int) -> tuple[int, str] | None:
+        """Claim the next job: its id and target, or None when there is none.
+
+        Raises:
+            DatabaseError: the database failed (the loop waits and tries again).
+            RuntimeError: measuring the idle power hit a CUDA error.
+        """
+        self._refresh_idle_power()  # before claiming: the lease must not tick meanwhile
+        with self.store.transaction() as session:
+            queue.expire_exhausted(session)
+        with self.store.transaction() as session:
+            job = queue.claim_job(
+                session,
+                kind_id,
+                self.options.name,
+                self.options.lease_s,
+                model_ids=self.options.model_ids,
+            )
+            return None if job is None else (job.id, queue.job_target_name(session, job))
 
     def _cool_down(self) -> None:
         """Pause after a job that measured energy, until the device is as cool as at idle.
@@ -339,6 +380,14 @@ class Worker:
         )
 
     def _work(self, job_id: int, target: str, stats: WorkerStats) -> None:
+        """Load, measure and finish a claimed job; a failure fails the attempt.
+
+        Neither loading nor finishing is retried when the database fails: the job's lease may
+        have moved meanwhile, and a finish whose commit failed unseen may have stored its result
+        already. The attempt is failed instead (``fail_job`` changes only a job still ours); where
+        the database cannot even record that, the job stays with its lease, which expires, and
+        the worker goes back to claiming (where it waits for the database).
+        """
         owner = self.options.name
         self._emit("claimed", target, job_id)
         every = self.options.heartbeat_s or self.options.lease_s / 3
@@ -403,8 +452,14 @@ class Worker:
                 getattr(exc, "retryable", False)
                 or (isinstance(exc, RuntimeError) and not isinstance(exc, OperatorDBError))
             )
-            with self.store.transaction() as session:
-                status = queue.fail_job(session, job_id, owner, message, retry=retry)
+            status, why = None, "lease lost while failing"
+            try:
+                with self.store.transaction() as session:
+                    status = queue.fail_job(session, job_id, owner, message, retry=retry)
+            except DatabaseError as db_exc:  # the job stays with its lease, which expires
+                why = (
+                    f"{message}; not recorded ({db_exc}): back to the queue when its lease expires"
+                )
             if status == JobStatus.FAILED:
                 stats.failed += 1
                 stats.errors.append(f"job {job_id} ({target}): {message}")
@@ -414,7 +469,7 @@ class Worker:
                 self._emit("retry", f"{target}: {message}", job_id)
             else:
                 stats.lost += 1
-                self._emit("lost", f"{target}: lease lost while failing", job_id)
+                self._emit("lost", f"{target}: {why}", job_id)
             if lost:
                 self._emit(
                     "context_lost",
