@@ -8,6 +8,7 @@ Alembic is imported to migrate and to walk the revisions' history.
 from __future__ import annotations
 
 import ast
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,22 +85,26 @@ def head_revision() -> str:
     return heads[0]
 
 
-def current_revision(engine: Engine) -> str | None:
+def current_revision(bind: Engine | Connection) -> str | None:
     """Return the revision the database is at (None for an empty database).
+
+    ``bind`` is an engine (a connection of its own) or a connection, read in its transaction
+    (which may hold locks on the tables that another connection would wait for).
 
     Raises:
         DatabaseError: the database cannot be reached, or holds several revisions.
     """
+    url = str(bind.engine.url)
     try:
-        with engine.connect() as conn:
+        with bind.connect() if isinstance(bind, Engine) else nullcontext(bind) as conn:
             if not inspect(conn).has_table(VERSION_TABLE):
                 return None
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
     except DBAPIError as exc:
-        raise describe_db_error(exc, str(engine.url)) from None
+        raise describe_db_error(exc, url) from None
     if len(rows) > 1:
         raise DatabaseError(
-            f"database {safe_url(str(engine.url))} is at several revisions "
+            f"database {safe_url(url)} is at several revisions "
             f"({', '.join(sorted(rows))}): migrate it with `alembic`"
         )
     return rows[0] if rows else None
