@@ -1,12 +1,14 @@
 """Read the lock (requirements/*.txt, written by scripts/lock.sh) and select pins for a target.
 
     python scripts/lockfile.py select requirements/gpu-host.txt --python 3.12 [--have FILE]
+                                      [--only NAME ...]
     python scripts/lockfile.py versions requirements/gpu-host.txt [--kit DIR]
 
 ``select`` prints the pins that apply to CPython ``--python`` on Linux x86-64, markers evaluated
 and dropped, each with its hashes, in pip's format (``pip download --require-hashes -r -``).
 ``--have FILE`` (a GPU host's ``pip freeze``, or one name per line) leaves out the packages the
-host already has, whatever their version. ``versions`` prints, for this interpreter, each pin's
+host already has, whatever their version; ``--only`` keeps just the names given (the build backend
+for scripts/images.sh). ``versions`` prints, for this interpreter, each pin's
 locked version beside the one it imports and whether that came from the kit's folder or the host.
 Standard library and ``packaging`` only: it runs wherever pip does.
 """
@@ -146,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     pick.add_argument("lock", type=Path)
     pick.add_argument("--python", default="3.12", help="CPython major.minor (default 3.12)")
     pick.add_argument("--have", type=Path, help="names the host has already (pip freeze)")
+    pick.add_argument("--only", nargs="+", metavar="NAME", help="just these packages")
     seen = commands.add_parser("versions", help="locked against running versions, and whence")
     seen.add_argument("lock", type=Path)
     seen.add_argument("--kit", type=Path, help="the folder the kit's wheels went to")
@@ -161,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     have = names_in(args.have) if args.have else set()
     chosen = select(read_lock(args.lock), args.python, have)
+    if args.only:
+        only = {canonicalize_name(name) for name in args.only}
+        chosen = [p for p in chosen if p.name in only]
     never = [p.name for p in chosen if NEVER.match(p.name)]
     if never:
         print(f"error: {args.lock} holds {', '.join(never)}: run scripts/lock.sh", file=sys.stderr)

@@ -258,13 +258,69 @@ def test_worker_image_runs_opdb_worker_as_a_user_on_cuda() -> None:
     assert "nvidia/cuda:" in path.read_text(encoding="utf-8")
 
 
+def arg_defaults(path: Path) -> dict[str, str]:
+    """A Dockerfile's ``ARG NAME=default`` values."""
+    found = {}
+    for key, args in instructions(path):
+        if key == "ARG" and "=" in args:
+            name, value = args.split("=", 1)
+            found[name.strip()] = value.strip()
+    return found
+
+
+def with_defaults(text: str, defaults: dict[str, str]) -> str:
+    """``text`` with ``${NAME}`` and ``$NAME`` replaced by the ARG defaults."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: defaults.get(m.group(1), m.group(0)), text)
+
+
+DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
+
+
 @pytest.mark.parametrize(("image", "lock"), [("api", "runtime"), ("worker", "worker")])
 def test_images_install_exactly_the_lock(image: str, lock: str) -> None:
     """The lock's file for the image, hashes checked and nothing resolved; the project after it."""
     runs = " ".join(a for k, a in instructions(DOCKER / f"{image}.Dockerfile") if k == "RUN")
+    runs = re.sub(r"\$\{\w+:\+[^}]*\}\s*", "", runs)  # ${UV_NO_INDEX:+--no-index}
     assert f"--no-deps --require-hashes -r /tmp/{lock}.txt" in runs
     assert "--no-deps /tmp/dist/operator_db-*.whl" in runs
     assert "pip check" in runs
+
+
+@pytest.mark.parametrize(("image", "torch"), [("api", "torch-cpu"), ("worker", "torch-cuda")])
+def test_torch_is_installed_by_its_hash(image: str, torch: str) -> None:
+    """torch comes from a lock file of its own, every file by sha256, at constraints.txt's pin."""
+    path = DOCKER / f"{image}.Dockerfile"
+    assert arg_defaults(path)["TORCH_REQUIREMENTS"] == f"requirements/{torch}.txt"
+    runs = " ".join(a for k, a in instructions(path) if k == "RUN")
+    assert re.search(r"--no-deps --require-hashes .*-r /tmp/torch\.txt", runs)
+    pin = (ROOT / "constraints.txt").read_text(encoding="utf-8")
+    version = re.search(r"^torch==(\S+)", pin, re.MULTILINE)
+    assert version is not None
+    lock = (ROOT / "requirements" / f"{torch}.txt").read_text(encoding="utf-8")
+    entries = re.findall(r"^(\S+)==(\S+) \\\n((?:\s+--hash=sha256:[0-9a-f]{64}.*\n?)+)", lock, re.M)
+    assert {name for name, _, _ in entries} >= {"torch"}
+    torch_version = next(v for n, v, _ in entries if n == "torch")
+    assert torch_version.split("+")[0] == version.group(1)
+    requirements = [line for line in lock.splitlines() if re.match(r"^[A-Za-z]", line)]
+    assert len(requirements) == len(entries), "a pin without its hashes"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_pulled_base_images_are_pinned_by_digest(path: Path) -> None:
+    """Every image a build pulls by default is named by digest; a local one (localhost/) is made."""
+    defaults = arg_defaults(path)
+    for key, args in instructions(path):
+        if key != "FROM":
+            continue
+        image = with_defaults(args.split()[0], defaults)
+        if image in {"scratch"} or image.startswith("localhost/") or image in stages(path):
+            continue
+        assert re.search(r"@sha256:[0-9a-f]{64}$", image), f"{path.name}: FROM {image}"
+
+
+def stages(path: Path) -> set[str]:
+    """The names of a Dockerfile's build stages (``FROM x AS name``)."""
+    return {a.split()[-1] for k, a in instructions(path) if k == "FROM" and " AS " in a.upper()}
 
 
 def test_the_build_context_keeps_what_the_dockerfiles_copy() -> None:
@@ -273,11 +329,12 @@ def test_the_build_context_keeps_what_the_dockerfiles_copy() -> None:
         for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
         if line.startswith("!")
     }
-    for path in (DOCKER / "api.Dockerfile", DOCKER / "worker.Dockerfile"):
+    for path in DOCKERFILES:
+        defaults = arg_defaults(path)
         for key, args in instructions(path):
             if key != "COPY" or args.startswith("--from"):
                 continue
-            sources = args.split()[:-1]
+            sources = with_defaults(args, defaults).split()[:-1]
             for source in sources:  # kept itself, or inside a kept folder
                 parts = Path(source.rstrip("/")).parts
                 assert any("/".join(parts[:n]) in kept for n in range(1, len(parts) + 1)), (
