@@ -46,7 +46,13 @@ from operator_db.measure.settings import fast_settings
 from operator_db.specs import parse_spec
 from operator_db.worker.daemon import Worker, WorkerOptions
 from tests.api.common import AUTH, api_client
-from tests.conftest import POSTGRES_URL, REQUIRE_POSTGRES, _fresh_postgres, _postgres_unavailable
+from tests.conftest import (
+    POSTGRES_URL,
+    REQUIRE_POSTGRES,
+    _fresh_postgres,
+    _owner_alive,
+    _postgres_unavailable,
+)
 from tests.helpers import EXAMPLE_SPECS, REPO, linear_op, relu_op, run_cli, spec_dict
 
 _PREFIX = "opdb_test_"
@@ -67,27 +73,21 @@ def _url(base: str, user: str) -> str:
 
 
 def _drop_roles_of_dead_runs(admin: Engine) -> None:
-    """Drop roles left by interrupted runs (their pid is in the name); theirs are dropped first."""
+    """Drop what interrupted runs left (their pid is in the names): databases, then roles."""
     with admin.connect() as conn:
-        names = conn.execute(
-            text("SELECT rolname FROM pg_roles WHERE rolname LIKE :p"), {"p": _PREFIX + "%"}
-        ).scalars()
-        for name in list(names):
-            pid = name.removeprefix(_PREFIX).split("_", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                # One that still holds rights in a dead run's database waits for it to go.
-                with contextlib.suppress(DBAPIError):
-                    conn.exec_driver_sql(f'DROP ROLE IF EXISTS "{name}"')
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        for kind, table, column in (
+            ("DATABASE", "pg_database", "datname"),
+            ("ROLE", "pg_roles", "rolname"),
+        ):
+            names = conn.execute(
+                text(f"SELECT {column} FROM {table} WHERE {column} LIKE :p"), {"p": _PREFIX + "%"}
+            ).scalars()
+            for name in list(names):
+                if not _owner_alive(name):
+                    force = " WITH (FORCE)" if kind == "DATABASE" else ""
+                    # Another run may be cleaning up the same leftovers at once.
+                    with contextlib.suppress(DBAPIError):
+                        conn.exec_driver_sql(f'DROP {kind} IF EXISTS "{name}"{force}')
 
 
 def _opdb(*args: str) -> None:
