@@ -45,15 +45,16 @@ RUN python3 -m venv /opt/opdb \
     && rm -rf "$torch_dir/test" "$torch_dir/include" \
     && find "$torch_dir/bin" -type f ! -name torch_shm_manager -delete
 COPY requirements/runtime.txt /tmp/runtime.txt
-COPY --from=wheel /dist/ /tmp/dist/
 # Then exactly the lock's versions and files (hashes checked; torch's own dependencies are in it),
 # and the project without its dependencies: nothing may swap torch, nor take a release the tests
-# have not seen.
+# have not seen. Two steps, so that a change of the code alone rebuilds only the second.
 RUN pip install --no-cache-dir --no-deps --require-hashes -r /tmp/runtime.txt \
-    && pip install --no-cache-dir --no-deps /tmp/dist/operator_db-*.whl \
-    && pip check \
-    && rm -rf /tmp/dist /tmp/runtime.txt /tmp/torch.txt \
+    && rm /tmp/runtime.txt /tmp/torch.txt \
     && useradd --system --uid 10001 --user-group --create-home --home-dir /home/opdb opdb
+COPY --from=wheel /dist/ /tmp/dist/
+RUN pip install --no-cache-dir --no-deps /tmp/dist/operator_db-*.whl \
+    && pip check \
+    && rm -rf /tmp/dist
 
 USER 10001:10001
 WORKDIR /home/opdb

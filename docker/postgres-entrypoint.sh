@@ -4,6 +4,13 @@
 # server), on Debian's package. Runs as root only to own its folders, then as `postgres`.
 set -eu
 
+if [ "${1#-}" != "$1" ]; then
+    set -- postgres "$@"
+fi
+if [ "$1" != postgres ]; then
+    exec "$@"  # another command (a shell that prepares files, say), as the image's user
+fi
+
 if [ "$(id -u)" = 0 ]; then
     mkdir -p "$PGDATA" /var/run/postgresql
     chown postgres:postgres "$PGDATA" /var/run/postgresql
@@ -48,7 +55,4 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     echo "docker-entrypoint.sh: database initialised"
 fi
 
-if [ "${1#-}" != "$1" ]; then
-    set -- postgres "$@"
-fi
 exec "$@"

@@ -55,16 +55,18 @@ RUN uv venv --python 3.11 /opt/opdb \
     && uv pip install --python /opt/opdb/bin/python --no-deps --require-hashes \
         --index-url "$TORCH_INDEX_URL" ${UV_NO_INDEX:+--no-index} -r /tmp/torch.txt
 COPY requirements/worker.txt /tmp/worker.txt
-COPY --from=wheel /dist/ /tmp/dist/
 # Then exactly the lock's versions and files for the gpu extra (hashes checked; torch's own
-# dependencies are in it), and the project without its dependencies: nothing may swap torch.
+# dependencies are in it), and the project without its dependencies: nothing may swap torch. Two
+# steps, so that a change of the code alone rebuilds only the second.
 RUN uv pip install --python /opt/opdb/bin/python --no-deps --require-hashes ${UV_NO_INDEX:+--no-index} \
         -r /tmp/worker.txt \
-    && uv pip install --python /opt/opdb/bin/python --no-deps ${UV_NO_INDEX:+--no-index} \
+    && rm /tmp/worker.txt /tmp/torch.txt \
+    && useradd --system --uid 10001 --user-group --create-home --home-dir /home/opdb opdb
+COPY --from=wheel /dist/ /tmp/dist/
+RUN uv pip install --python /opt/opdb/bin/python --no-deps ${UV_NO_INDEX:+--no-index} \
         /tmp/dist/operator_db-*.whl \
     && uv pip check --python /opt/opdb/bin/python \
-    && rm -rf /tmp/dist /tmp/worker.txt /tmp/torch.txt \
-    && useradd --system --uid 10001 --user-group --create-home --home-dir /home/opdb opdb
+    && rm -rf /tmp/dist
 
 USER 10001:10001
 WORKDIR /home/opdb

@@ -8,9 +8,20 @@
 #   bash scripts/test.sh --latest [PYTEST_ARGS...]   the same checks in .venv-latest, on the
 #       newest release of every dependency (torch still pinned): what `scripts/lock.sh --upgrade`
 #       would break. Not for CI: CI runs on the lock.
+#
+# Last, the images: both built and the compose stack's smoke test run on them
+# (scripts/images.sh --smoke, tests/deploy/test_stack.py; podman or docker, podman installed
+# where missing and the user is root; about 8 min cold, 3 min cached; docs/deploy.md). Where no
+# container engine can run, it says why and the rest stands.
+#   bash scripts/test.sh --no-images [PYTEST_ARGS...]   everything but the images
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
+images=1
+if [ "${1:-}" = "--no-images" ]; then
+  shift
+  images=0
+fi
 if [ "${1:-}" = "--latest" ]; then
   shift
   venv=.venv-latest
@@ -40,3 +51,6 @@ trap 'rm -rf "$tmpdb"' EXIT
 OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/opdb" db upgrade >/dev/null
 OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/alembic" check
 OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest "$@"
+if [ "$images" = 1 ]; then
+  bash scripts/images.sh --smoke
+fi

@@ -11,12 +11,14 @@ import shlex
 import typing
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
 from pydantic import BaseModel
 
 from operator_db.config import Settings
+from operator_db.db.roles import DEFAULT_NAMES, KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -108,12 +110,21 @@ def test_the_compose_file_parses_with_its_services(services: dict[str, dict[str,
     assert {"postgres", "migrate", "api", "worker"} <= set(services)
 
 
+ROLE_PASSWORDS = {f"OPDB_ROLES_{kind.upper()}_PASSWORD" for kind in KINDS}
+"""What `opdb db roles` reads besides the settings: each role's password."""
+
+
 def test_services_name_only_settings_the_code_defines(
     services: dict[str, dict[str, Any]],
 ) -> None:
     for name, service in services.items():
         env = environment(service)
-        unknown = {k for k in env if k.startswith(PREFIX) and k not in VALID}
+        extra = (
+            ROLE_PASSWORDS
+            if argv(service.get("command", []))[:3] == ["opdb", "db", "roles"]
+            else set()
+        )
+        unknown = {k for k in env if k.startswith(PREFIX) and k not in VALID | extra}
         assert not unknown, f"{name}: no such setting: {sorted(unknown)}"
         if dockerfile(service) is not None:  # ours: settings only, and only OPDB_ ones
             assert all(k.startswith(PREFIX) for k in env), f"{name}: {sorted(env)}"
@@ -165,12 +176,64 @@ def test_postgres_keeps_its_data_and_says_when_it_is_ready(
     assert "pg_isready" in " ".join(argv(postgres["healthcheck"]["test"]))
 
 
-def test_migrate_upgrades_once_postgres_is_healthy(services: dict[str, dict[str, Any]]) -> None:
-    migrate = services["migrate"]
-    assert argv(migrate["command"]) == ["opdb", "db", "upgrade"]
-    assert dockerfile(migrate) == DOCKER / "api.Dockerfile"
-    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
-    assert migrate.get("restart", "no") == "no"
+def database_url(service: dict[str, Any]) -> Any:
+    """The service's database URL, parsed (compose's variables filled with test values)."""
+    return urlsplit(interpolate(environment(service)["OPDB_DATABASE_URL"]))
+
+
+def test_roles_then_migrations_once_postgres_is_healthy(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The superuser only creates the roles; the owner migrates and grants; both run once."""
+    roles, migrate = services["roles"], services["migrate"]
+    assert argv(roles["command"]) == ["opdb", "db", "roles"]
+    assert roles["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert database_url(roles).username == "postgres"
+    assert set(environment(roles)) >= ROLE_PASSWORDS
+    assert argv(migrate["command"]) == ["sh", "-c", "opdb db upgrade && opdb db grants"]
+    assert migrate["depends_on"]["roles"]["condition"] == "service_completed_successfully"
+    assert database_url(migrate).username == DEFAULT_NAMES["owner"]
+    for service in (roles, migrate):
+        assert dockerfile(service) == DOCKER / "api.Dockerfile"
+        assert service.get("restart", "no") == "no"
+
+
+def test_each_service_connects_as_its_own_role_over_verified_tls(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """No service but `roles` is the superuser; every connection checks the server's certificate."""
+    expected = {"api": "api", "worker": "worker", "migrate": "owner"}
+    for name, service in services.items():
+        if dockerfile(service) is None:
+            continue
+        url = database_url(service)
+        query = dict(parse_qsl(url.query))
+        assert query["sslmode"] == "verify-full", name
+        secret = query["sslrootcert"].removeprefix("/run/secrets/")
+        assert secret in service["secrets"], name
+        kind = (
+            "worker" if dockerfile(service) == DOCKER / "worker.Dockerfile" else expected.get(name)
+        )
+        if kind is not None:
+            assert url.username == DEFAULT_NAMES[kind], name
+
+
+def test_postgres_speaks_tls_only_and_publishes_on_localhost(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    postgres = services["postgres"]
+    command = " ".join(argv(postgres["command"]))
+    assert "-c ssl=on" in command
+    assert "-c hba_file=/etc/opdb/pg_hba.conf" in command
+    hba = [
+        line.split()
+        for line in (DOCKER / "pg_hba.conf").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert [row[0] for row in hba] == ["local", "hostssl", "host"]
+    assert hba[-1][-1] == "reject", "TCP without TLS must be refused"
+    assert "${POSTGRES_PUBLISH:-127.0.0.1:5432}" in postgres["ports"][0]
+    assert "${API_PUBLISH:-127.0.0.1:8000}" in services["api"]["ports"][0]
 
 
 def test_api_waits_for_the_migrations_and_checks_health(
