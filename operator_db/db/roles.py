@@ -61,35 +61,34 @@ class Access:
     update: tuple[str, ...] = ()
     delete: bool = False
 
+    def grants(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Return (privilege, columns) pairs, ``select`` first; no columns: the whole table."""
+        found: list[tuple[str, tuple[str, ...]]] = []
+        if self.select is True:
+            found.append(("select", ()))
+        elif self.select:
+            found.append(("select", tuple(self.select)))
+        if self.insert:
+            found.append(("insert", ()))
+        if self.update:
+            found.append(("update", self.update))
+        if self.delete:
+            found.append(("delete", ()))
+        return found
+
     def privileges(self) -> list[str]:
         """Return the privileges as GRANT names them (``SELECT``, ``UPDATE (a, b)``, ...)."""
-        found: list[str] = []
-        if self.select is True:
-            found.append("SELECT")
-        elif self.select:
-            found.append(f"SELECT ({', '.join(_quote(c) for c in self.select)})")
-        if self.insert:
-            found.append("INSERT")
-        if self.update:
-            found.append(f"UPDATE ({', '.join(_quote(c) for c in self.update)})")
-        if self.delete:
-            found.append("DELETE")
-        return found
+        return [
+            f"{name.upper()} ({', '.join(_quote(c) for c in columns)})" if columns else name.upper()
+            for name, columns in self.grants()
+        ]
 
     def describe(self) -> str:
         """Return the privileges in words for the docs' table (``select, insert``; ``none``)."""
-        parts: list[str] = []
-        if self.select is True:
-            parts.append("select")
-        elif self.select:
-            parts.append(f"select ({', '.join(self.select)})")
-        if self.insert:
-            parts.append("insert")
-        if self.update:
-            parts.append(f"update ({', '.join(self.update)})")
-        if self.delete:
-            parts.append("delete")
-        return ", ".join(parts) or "none"
+        words = [
+            f"{name} ({', '.join(columns)})" if columns else name for name, columns in self.grants()
+        ]
+        return ", ".join(words) or "none"
 
 
 READ = Access()

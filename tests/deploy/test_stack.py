@@ -276,25 +276,32 @@ def test_a_postgres_restart_is_503_problems_then_recovers_by_itself(
     assert after == before, "the worker exited while PostgreSQL restarted"
 
 
-def owner_sql(stack: Stack, sql: str, role: str = "opdb_owner") -> list[str]:
-    """Run ``sql`` from the host through the published port, TLS checked; its rows' first cells."""
+PASSWORDS = {
+    "opdb_owner": "OPDB_OWNER_PASSWORD",
+    "opdb_api": "OPDB_API_PASSWORD",
+    "opdb_worker": "OPDB_WORKER_PASSWORD",
+}
+
+
+def connect(stack: Stack, role: str, **tls: str) -> Any:
+    """A psycopg connection as ``role`` from the host, through PostgreSQL's published port."""
     import psycopg
 
-    password = {
-        "opdb_owner": "OPDB_OWNER_PASSWORD",
-        "opdb_api": "OPDB_API_PASSWORD",
-        "opdb_worker": "OPDB_WORKER_PASSWORD",
-    }[role]
-    with psycopg.connect(
+    return psycopg.connect(
         host="localhost",
         port=published(stack.services["postgres"]),
         dbname="opdb",
         user=role,
-        password=stack.variables[password],
-        sslmode="verify-full",
-        sslrootcert=str(stack.secrets_dir / "postgres_ca.crt"),
+        password=stack.variables[PASSWORDS[role]],
         connect_timeout=10,
-    ) as connection:
+        **tls,
+    )
+
+
+def owner_sql(stack: Stack, sql: str, role: str = "opdb_owner") -> list[str]:
+    """Run ``sql`` as ``role`` over TLS, the server's certificate checked; its rows' first cells."""
+    ca = str(stack.secrets_dir / "postgres_ca.crt")
+    with connect(stack, role, sslmode="verify-full", sslrootcert=ca) as connection:
         return [str(row[0]) for row in connection.execute(sql).fetchall()]
 
 
@@ -313,24 +320,8 @@ def test_postgres_refuses_a_connection_without_tls(stack: Stack) -> None:
     import psycopg
 
     with pytest.raises(psycopg.OperationalError, match="no encryption|reject"):
-        psycopg.connect(
-            host="127.0.0.1",
-            port=published(stack.services["postgres"]),
-            dbname="opdb",
-            user="opdb_worker",
-            password=stack.variables["OPDB_WORKER_PASSWORD"],
-            sslmode="disable",
-            connect_timeout=10,
-        )
+        connect(stack, "opdb_worker", sslmode="disable")
     # And a certificate the lab's CA did not sign is not trusted (a man in the middle).
+    not_a_ca = str(ROOT / "tests" / "deploy" / "stack.py")
     with pytest.raises(psycopg.OperationalError, match="certificate"):
-        psycopg.connect(
-            host="127.0.0.1",
-            port=published(stack.services["postgres"]),
-            dbname="opdb",
-            user="opdb_worker",
-            password=stack.variables["OPDB_WORKER_PASSWORD"],
-            sslmode="verify-full",
-            sslrootcert=str(ROOT / "tests" / "deploy" / "stack.py"),  # not a CA
-            connect_timeout=10,
-        )
+        connect(stack, "opdb_worker", sslmode="verify-full", sslrootcert=not_a_ca)
