@@ -88,7 +88,7 @@ fi
 
 build_args=()
 mounts=()
-postgres_image="postgres:17-bookworm"
+postgres_image=""  # with a registry: the one compose.yaml names
 if [ "$registry" = 0 ]; then
   say "no registry: base images from Debian's archive, wheels from $cache/wheels"
   # --- base images ----------------------------------------------------------------------------

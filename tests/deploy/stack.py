@@ -227,6 +227,8 @@ class Stack:
 def overrides(services: dict[str, dict[str, Any]], tag: str, postgres: str) -> None:
     """What this machine changes of the lab's stack: the images here, the fake device, ports.
 
+    ``postgres`` is the database's image where the compose file's cannot be pulled ("": keep it).
+
     The worker measures on the fake device (no GPU: no ``deploy`` reservation) with a short lease
     so that a killed worker's job comes back within the test; the ports are free ones on
     127.0.0.1.
@@ -236,7 +238,7 @@ def overrides(services: dict[str, dict[str, Any]], tag: str, postgres: str) -> N
         if image.startswith("operator-db-"):
             service["image"] = f"{image.split(':')[0]}:{tag}"
         if name == "postgres":
-            service["image"] = postgres
+            service["image"] = postgres or service["image"]
             service["ports"] = [f"127.0.0.1:{free_port()}:5432"]
         if name == "api":
             service["ports"] = [f"127.0.0.1:{free_port()}:8000"]

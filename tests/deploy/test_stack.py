@@ -39,7 +39,7 @@ ENGINE = os.environ.get("OPDB_IMAGES_ENGINE", "podman")
 COMPOSE_TOOL = os.environ.get("OPDB_PODMAN_COMPOSE", "podman-compose")
 IMAGES = {
     "tag": os.environ.get("OPDB_IMAGES_TAG", "latest"),
-    "postgres": os.environ.get("OPDB_IMAGES_POSTGRES", "localhost/opdb-postgres:15-bookworm"),
+    "postgres": os.environ.get("OPDB_IMAGES_POSTGRES", ""),
     "report": os.environ.get("OPDB_IMAGES_REPORT", ""),
 }
 KIND = "fake:FakeGPU"
