@@ -3,12 +3,15 @@ the one rule for GPU tests that cannot run (skip, or fail where ``OPDB_REQUIRE_G
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
@@ -25,6 +28,19 @@ from operator_db.specs import SPEC_VERSION
 REPO = Path(__file__).resolve().parent.parent
 
 EXAMPLE_SPECS = REPO / "measurement_specs"
+
+
+def load_lockfile() -> ModuleType:
+    """scripts/lockfile.py (a script, not a module of a package), loaded once."""
+    if "lockfile" in sys.modules:
+        return sys.modules["lockfile"]
+    spec = importlib.util.spec_from_file_location("lockfile", REPO / "scripts" / "lockfile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lockfile"] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 REQUIRE_GPU = os.environ.get("OPDB_REQUIRE_GPU", "") not in ("", "0", "false")
 """``OPDB_REQUIRE_GPU=1``: a GPU test that cannot run fails instead of skipping. Read at import,

@@ -8,29 +8,17 @@ file takes its versions from dev.txt; and the environment running the tests is t
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import sys
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.helpers import REPO
+from tests.helpers import REPO, load_lockfile
 
-
-def _load_lockfile() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("lockfile", REPO / "scripts" / "lockfile.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("lockfile", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-lockfile = _load_lockfile()
+lockfile = load_lockfile()
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 LOCKS = {
     "dev": ["dev"],

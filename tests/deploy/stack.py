@@ -76,7 +76,10 @@ def seconds(duration: str | int | float) -> float:
 
 @dataclass
 class Stack:
-    """The compose file's services run by ``engine`` under the name ``project``."""
+    """The compose file's services run by ``engine`` under the name ``project``.
+
+    ``secrets_dir`` holds the files of the compose file's secrets, by their names there.
+    """
 
     engine: str
     project: str
@@ -90,8 +93,9 @@ class Stack:
         compose = load(self.variables)
         self.services = compose["services"]
         self.volumes = set(compose.get("volumes") or {})
+        # compose's file secrets (./secrets/NAME), taken from this stack's own folder instead.
         self.secret_files = {
-            name: (COMPOSE.parent / spec["file"]).resolve()
+            name: self.secrets_dir / Path(spec["file"]).name
             for name, spec in (compose.get("secrets") or {}).items()
         }
 

@@ -19,8 +19,10 @@ from pydantic import BaseModel
 
 from operator_db.config import Settings
 from operator_db.db.roles import DEFAULT_NAMES, KINDS
+from tests.helpers import load_lockfile
 
 ROOT = Path(__file__).resolve().parents[2]
+lockfile = load_lockfile()
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 PREFIX = Settings.model_config.get("env_prefix", "")
@@ -359,13 +361,11 @@ def test_torch_is_installed_by_its_hash(image: str, torch: str) -> None:
     pin = (ROOT / "constraints.txt").read_text(encoding="utf-8")
     version = re.search(r"^torch==(\S+)", pin, re.MULTILINE)
     assert version is not None
-    lock = (ROOT / "requirements" / f"{torch}.txt").read_text(encoding="utf-8")
-    entries = re.findall(r"^(\S+)==(\S+) \\\n((?:\s+--hash=sha256:[0-9a-f]{64}.*\n?)+)", lock, re.M)
-    assert {name for name, _, _ in entries} >= {"torch"}
-    torch_version = next(v for n, v, _ in entries if n == "torch")
-    assert torch_version.split("+")[0] == version.group(1)
-    requirements = [line for line in lock.splitlines() if re.match(r"^[A-Za-z]", line)]
-    assert len(requirements) == len(entries), "a pin without its hashes"
+    # read_lock refuses a requirement that is not name==version with its hashes.
+    pins = {p.name: p for p in lockfile.read_lock(ROOT / "requirements" / f"{torch}.txt")}
+    assert pins["torch"].version.split("+")[0] == version.group(1)
+    hashes = [h for p in pins.values() for h in p.hashes]
+    assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), hashes
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.deploy.stack import COMPOSE, ROOT, Stack, overrides, published
@@ -97,8 +98,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     variables["WORKER_HOST"] = "smoke"
     variables["IMAGE_TAG"] = IMAGES["tag"]
     built = Stack(ENGINE, f"opdb-smoke-{os.getpid()}", variables, secret_dir)
-    # compose names its secrets relative to its own folder: point them at this test's files.
-    built.secret_files = {name: secret_dir / name for name in built.secret_files}
     overrides(built.services, IMAGES["tag"], IMAGES["postgres"])
     start = time.monotonic()
     try:
@@ -235,7 +234,7 @@ def test_a_worker_killed_mid_job_finishes_it_once_after_a_restart(
     assert after["attempts"] == victim["attempts"] + 1, (victim, after)
     assert all(job(api, j)["status"] == "done" for j in jobs)
     # Finished once: one result of the job in the database, counted as the owner over TLS.
-    rows = owner_sql(
+    rows = sql_as(
         stack,
         f"SELECT count(*) FROM measurements WHERE job_id = {int(victim['id'])}"
         f" UNION ALL SELECT count(*) FROM full_model_runs WHERE job_id = {int(victim['id'])}",
@@ -285,8 +284,6 @@ PASSWORDS = {
 
 def connect(stack: Stack, role: str, **tls: str) -> Any:
     """A psycopg connection as ``role`` from the host, through PostgreSQL's published port."""
-    import psycopg
-
     return psycopg.connect(
         host="localhost",
         port=published(stack.services["postgres"]),
@@ -298,7 +295,7 @@ def connect(stack: Stack, role: str, **tls: str) -> Any:
     )
 
 
-def owner_sql(stack: Stack, sql: str, role: str = "opdb_owner") -> list[str]:
+def sql_as(stack: Stack, sql: str, role: str = "opdb_owner") -> list[str]:
     """Run ``sql`` as ``role`` over TLS, the server's certificate checked; its rows' first cells."""
     ca = str(stack.secrets_dir / "postgres_ca.crt")
     with connect(stack, role, sslmode="verify-full", sslrootcert=ca) as connection:
@@ -307,18 +304,14 @@ def owner_sql(stack: Stack, sql: str, role: str = "opdb_owner") -> list[str]:
 
 @pytest.mark.parametrize("role", ["opdb_api", "opdb_worker"])
 def test_the_services_roles_cannot_change_the_schema(stack: Stack, role: str) -> None:
-    import psycopg
-
-    assert owner_sql(stack, "SELECT current_user", role) == [role]
+    assert sql_as(stack, "SELECT current_user", role) == [role]
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        owner_sql(stack, "CREATE TABLE intruder (x int)", role)
+        sql_as(stack, "CREATE TABLE intruder (x int)", role)
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        owner_sql(stack, "COPY (SELECT 1) TO PROGRAM 'true'", role)
+        sql_as(stack, "COPY (SELECT 1) TO PROGRAM 'true'", role)
 
 
 def test_postgres_refuses_a_connection_without_tls(stack: Stack) -> None:
-    import psycopg
-
     with pytest.raises(psycopg.OperationalError, match="no encryption|reject"):
         connect(stack, "opdb_worker", sslmode="disable")
     # And a certificate the lab's CA did not sign is not trusted (a man in the middle).
