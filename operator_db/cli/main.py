@@ -15,6 +15,7 @@ from typer.exceptions import TyperException
 
 from operator_db import __version__
 from operator_db.cli import db as db_cli
+from operator_db.cli import llm as llm_cli
 from operator_db.cli import models as models_cli
 from operator_db.cli import ncu as ncu_cli
 from operator_db.cli import predict as predict_cli
@@ -47,6 +48,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(db_cli.app, name="db")
+app.add_typer(llm_cli.app, name="llm")
 app.add_typer(models_cli.app, name="models")
 app.add_typer(ncu_cli.app, name="ncu")
 app.add_typer(predict_cli.app, name="predict")

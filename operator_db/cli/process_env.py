@@ -9,6 +9,8 @@ from __future__ import annotations
 
 MEASURING_COMMANDS = frozenset({"demo", "measure", "worker", "study"})
 """The ``opdb`` commands that measure in their own process."""
+MEASURING_SUBCOMMANDS = frozenset({("llm", "measure"), ("llm", "run")})
+"""The ``opdb`` group commands that measure in their own process."""
 PROCESS_START_ENV = {"MALLOC_TRIM_THRESHOLD_": str(16 * 2**30), "MALLOC_TOP_PAD_": str(2**28)}
 """glibc's allocator settings read at a process's start: keep freed memory (16 GiB before any is
 given back; 256 MiB more asked of the kernel at each growth).
@@ -37,12 +39,16 @@ def _wanted(environ: dict[str, str]) -> bool:
 def start_env(argv: list[str], environ: dict[str, str]) -> dict[str, str] | None:
     """Return the environment to run ``argv`` (an ``opdb`` command line) in again, or None.
 
-    Only for a command of :data:`MEASURING_COMMANDS` started from a file (the ``opdb`` script,
+    Only for a command of :data:`MEASURING_COMMANDS` (or :data:`MEASURING_SUBCOMMANDS`) started
+    from a file (the ``opdb`` script,
     ``python -m operator_db``) where :func:`_wanted` says so.
     """
     import os
 
-    if len(argv) < 2 or argv[1] not in MEASURING_COMMANDS or not os.path.isfile(argv[0]):
+    measuring = len(argv) >= 2 and (
+        argv[1] in MEASURING_COMMANDS or tuple(argv[1:3]) in MEASURING_SUBCOMMANDS
+    )
+    if not measuring or not os.path.isfile(argv[0]):
         return None
     return {**PROCESS_START_ENV, **environ} if _wanted(environ) else None
 

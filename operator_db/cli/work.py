@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,6 +15,7 @@ from operator_db.cli.common import DatabaseOption, DeviceOption, console, err_co
 from operator_db.errors import DeviceContextLostError
 
 if TYPE_CHECKING:  # torch and pandas behind these: imported by the commands that use them
+    from operator_db.config import MeasureSettings
     from operator_db.db.store import Store
     from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
 
@@ -98,8 +99,16 @@ def _stop_on_signals(worker: Worker) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) -> WorkerStats:
-    """Open the device and run a worker on ``store`` with a progress display or log lines."""
+def run_worker(
+    store: Store,
+    device_spec: str | None,
+    options: WorkerOptions,
+    measure_settings: MeasureSettings | None = None,
+) -> WorkerStats:
+    """Open the device and run a worker on ``store`` with a progress display or log lines.
+
+    ``measure_settings`` replace the settings' ``measure`` (a command's own budget).
+    """
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
     from operator_db.worker.daemon import Worker
@@ -142,7 +151,9 @@ def run_worker(store: Store, device_spec: str | None, options: WorkerOptions) ->
                     f"worker {options.name}: {job}{event.kind}: {event.message}", markup=False
                 )
 
-        worker = Worker(store, device, settings.measure, options, on_event=on_event)
+        worker = Worker(
+            store, device, measure_settings or settings.measure, options, on_event=on_event
+        )
         with _stop_on_signals(worker):
             try:
                 if progress is not None:
@@ -208,6 +219,33 @@ def measure(
     the estimate and the measured model see the same machine; configurations that cannot be rebuilt
     are then queued alone, so that their own jobs say why.
     """
+    interleave = interleave and not no_model_run
+    with open_store(db) as store:
+        stats = measure_models(
+            store, [model], device, with_model_run=not no_model_run, interleave=interleave,
+            remeasure=remeasure,
+        )  # fmt: skip
+    _print_stats(stats)
+    if stats.failed:
+        raise typer.Exit(1)
+
+
+def measure_models(
+    store: Store,
+    models: Sequence[str],
+    device: str | None,
+    *,
+    with_model_run: bool = True,
+    interleave: bool = True,
+    remeasure: bool = False,
+    measure_settings: MeasureSettings | None = None,
+) -> WorkerStats:
+    """Queue ``models`` for this machine's device kind, then work until the queue is empty.
+
+    Each model and its configurations are measured in interleaved rounds (one job) unless
+    ``interleave`` is False; configurations left out of the interleave are then queued alone.
+    ``measure_settings`` replace the settings' ``measure``.
+    """
     from operator_db.config import get_settings
     from operator_db.db import queue
     from operator_db.devices.factory import open_device
@@ -215,16 +253,15 @@ def measure(
     from operator_db.worker.daemon import WorkerOptions
 
     settings = get_settings()
-    interleave = interleave and not no_model_run
-    with open_store(db) as store:
-        with open_device(device, settings=settings) as dev:
-            kind = dev.identity().name
+    with open_device(device, settings=settings) as dev:
+        kind = dev.identity().name
+    for model in models:
         with store.transaction() as session:
             result = enqueue_significant_first(
                 session,
                 model,
                 kind,
-                with_model_run=not no_model_run,
+                with_model_run=with_model_run,
                 remeasure=remeasure,
                 interleaved=interleave,
             )
@@ -233,18 +270,16 @@ def measure(
             f"{model} on {kind}: {result.queued_configs} configurations to measure{how}, "
             f"{result.already_measured} already measured"
         )
-        options = WorkerOptions(until_idle=True, poll_s=0.5)
-        stats = run_worker(store, device, options)
-        if interleave:
-            with store.transaction() as session:
-                left = queue.enqueue_left_out(session, [model], kind)
-            if left:
-                console.print(f"{left} left out of the interleave: measured alone")
-                more = run_worker(store, device, options)
-                stats = stats.plus(more)
-    _print_stats(stats)
-    if stats.failed:
-        raise typer.Exit(1)
+    options = WorkerOptions(until_idle=True, poll_s=0.5)
+    stats = run_worker(store, device, options, measure_settings)
+    if interleave:
+        with store.transaction() as session:
+            left = queue.enqueue_left_out(session, list(models), kind)
+        if left:
+            console.print(f"{left} left out of the interleave: measured alone")
+            more = run_worker(store, device, options, measure_settings)
+            stats = stats.plus(more)
+    return stats
 
 
 def jobs_status(db: DatabaseOption = None) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
+from operator_db.db import llm_tables as _llm_tables  # noqa: F401 - its tables
 from operator_db.db import predictor_tables as _predictor_tables  # noqa: F401 - its tables
 from operator_db.db.engine import describe_db_error, make_engine, safe_url
 from operator_db.db.migrate import VERSION_TABLE, current_revision, head_revision
@@ -168,6 +169,11 @@ GRANTS: Mapping[str, Grant] = {
     "ncu_counters": Grant(api=READ, worker=NONE),
     "predictors": Grant(api=READ, worker=NONE),
     "cross_predictors": Grant(api=READ, worker=NONE),
+    # An LLM and its step models are stored with its specs (opdb llm harvest, the owner's); a
+    # host that times generate() runs inserts them as it inserts its results.
+    "llms": Grant(api=READ, worker=NONE),
+    "llm_steps": Grant(api=READ, worker=NONE),
+    "generation_runs": Grant(api=READ, worker=Access(select=("id",), insert=True)),
 }
 """What the API and the worker may do, table by table; the owner owns them all."""
 

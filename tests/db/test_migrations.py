@@ -39,6 +39,9 @@ EXPECTED_TABLES = {
     "operator_configs",
     "predictors",
     "cross_predictors",
+    "llms",
+    "llm_steps",
+    "generation_runs",
 }
 
 

@@ -30,6 +30,17 @@ from operator_db.db.queries.devices import (
     sole_device_kind,
 )
 from operator_db.db.queries.history import Result, results_of
+from operator_db.db.queries.llm import (
+    StepModel,
+    add_generation_run,
+    generation_runs,
+    get_llm,
+    kinds_with_llm,
+    list_llms,
+    llm_steps,
+    put_llm,
+    put_llm_step,
+)
 from operator_db.db.queries.models import (
     ConfigCost,
     ModelConfig,
@@ -102,6 +113,15 @@ from operator_db.db.queries.tables import TABLES, row_counts
 from operator_db.db.queries.versions import roofline_version
 
 __all__ = [
+    "StepModel",
+    "add_generation_run",
+    "generation_runs",
+    "get_llm",
+    "kinds_with_llm",
+    "list_llms",
+    "llm_steps",
+    "put_llm",
+    "put_llm_step",
     "ConfigWork",
     "FastestWithin",
     "RateRow",

@@ -6,6 +6,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from operator_db.db import models as m
+from operator_db.db.llm_tables import GenerationRun, Llm, LlmStep
 from operator_db.db.predictor_tables import CrossPredictor, Predictor
 
 TABLES: tuple[type[m.Base], ...] = (
@@ -22,6 +23,9 @@ TABLES: tuple[type[m.Base], ...] = (
     Predictor,
     m.DataSource,
     CrossPredictor,
+    Llm,
+    LlmStep,
+    GenerationRun,
 )
 
 

@@ -1,0 +1,349 @@
+"""``opdb llm``: a causal LM's generation: harvest its steps, measure them and generate()."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+from rich.table import Table
+
+from operator_db.cli.common import DatabaseOption, DeviceOption, console, open_store
+
+if TYPE_CHECKING:
+    from operator_db.llm.compose import GenerationEstimate
+    from operator_db.stats import Interval
+
+app = typer.Typer(
+    help="Causal LMs generating token by token: TTFT, TPOT, tokens/s and J/token (docs/llm.md).",
+    no_args_is_help=True,
+)
+
+BatchOption = Annotated[str, typer.Option("--batch", "-b", help="Batch sizes, e.g. 1,8.")]
+PromptOption = Annotated[str, typer.Option("--prompt", "-p", help="Prompt lengths, e.g. 128,512.")]
+NewTokensOption = Annotated[int, typer.Option("--new-tokens", "-n", help="Tokens generated.")]
+BudgetOption = Annotated[
+    float, typer.Option(help="Most seconds of generate() runs per (batch, prompt, new tokens).")
+]
+TightOption = Annotated[
+    float,
+    typer.Option(
+        help="Most seconds each step model's job spends measuring until tight, past its blocks "
+        "(OPDB_MEASURE__TIGHT_BUDGET_S for other jobs).",
+    ),
+]
+KindOption = Annotated[
+    str | None,
+    typer.Option("--device-kind", help="Device kind (default: the one the LLM was run on)."),
+]
+
+
+def _sizes(text: str, what: str) -> list[int]:
+    from operator_db.errors import InvalidInputError
+
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInputError(
+            f"bad {what} {text!r}: expected positive integers like 1,8"
+        ) from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise InvalidInputError(f"bad {what} {text!r}: expected positive integers like 1,8")
+    return list(dict.fromkeys(sizes))
+
+
+def _harvest_and_store(
+    reference: str,
+    overrides: list[str] | None,
+    batches: list[int],
+    prompts: list[int],
+    new_tokens: int,
+    points: int,
+    dtype: str | None,
+    name: str | None,
+    out: str | None,
+    db: str | None,
+) -> str:
+    """Harvest the steps, write them under ``out`` if given, store them; return the LLM's name."""
+    from pathlib import Path
+
+    from operator_db.config import get_settings
+    from operator_db.harvest.inputs import parse_dtype
+    from operator_db.harvest.refs import parse_overrides
+    from operator_db.llm.harvest import harvest_llm
+    from operator_db.llm.store import store_llm
+
+    started = time.perf_counter()
+    found = harvest_llm(
+        reference,
+        parse_overrides(overrides),
+        batches=batches,
+        prompts=prompts,
+        new_tokens=new_tokens,
+        points=points,
+        dtype=parse_dtype(dtype),
+        name=name,
+    )
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        for step in found.steps:
+            step.result.write(folder / f"{step.result.spec.model.name}.yaml")
+    with open_store(db) as store, store.transaction() as session:
+        results = store_llm(session, found, max_tensor_numel=get_settings().max_tensor_numel)
+        plans = [
+            {"batch": b, "prompt": p, "new_tokens": new_tokens} for b in batches for p in prompts
+        ]
+        from operator_db.db import queries
+
+        llm = queries.get_llm(session, found.name)
+        known = list(llm.info.get("plans") or [])
+        llm.info = {**llm.info, "plans": known + [p for p in plans if p not in known]}
+    new = sum(r.new_configs for r in results)
+    console.print(
+        f"{found.name}: {len(found.steps)} step models ({found.params / 1e6:.1f} M parameters, "
+        f"{found.dtype}, KV cache {found.kv_bytes_per_token} B/token), {new} new configurations, "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
+    for step in found.steps:
+        spec = step.result.spec
+        console.print(
+            f"  {spec.model.name}: {len(spec.operators)} configurations, "
+            f"{sum(o.count for o in spec.operators)} calls"
+        )
+    return found.name
+
+
+def harvest(
+    reference: Annotated[
+        str, typer.Argument(help="A causal LM, e.g. transformers:LlamaForCausalLM.")
+    ],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Config overrides: num_hidden_layers=2 ...")
+    ] = None,
+    batch: BatchOption = "1",
+    prompt: PromptOption = "128",
+    new_tokens: NewTokensOption = 64,
+    points: Annotated[int, typer.Option(help="Decode contexts harvested per prompt.")] = 2,
+    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16.")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The LLM's name (default: from the class).")
+    ] = None,
+    out: Annotated[str | None, typer.Option("-o", help="Also write the step specs here.")] = None,
+    db: DatabaseOption = None,
+) -> None:
+    """Harvest REFERENCE's prefill and decode steps as generate() runs them, and store them."""
+    _harvest_and_store(
+        reference, overrides, _sizes(batch, "batch sizes"), _sizes(prompt, "prompt lengths"),
+        new_tokens, points, dtype, name, out, db,
+    )  # fmt: skip
+
+
+def _plans(info: dict[str, object], batch: str | None, prompt: str | None, new_tokens: int | None):  # type: ignore[no-untyped-def]
+    plans = [tuple(p.values()) for p in info.get("plans") or []]  # type: ignore[attr-defined]
+    found = [
+        (b, p, n)
+        for b, p, n in plans
+        if (batch is None or b in _sizes(batch, "batch sizes"))
+        and (prompt is None or p in _sizes(prompt, "prompt lengths"))
+        and (new_tokens is None or n == new_tokens)
+    ]
+    return list(dict.fromkeys(found))
+
+
+def _measure(
+    name: str,
+    device: str | None,
+    batch: str | None,
+    prompt: str | None,
+    new_tokens: int | None,
+    budget: float,
+    tight_budget: float,
+    db: str | None,
+) -> None:
+    from operator_db.cli.work import _print_stats, measure_models
+    from operator_db.config import get_settings
+    from operator_db.db import queries
+    from operator_db.devices.factory import open_device
+    from operator_db.llm.store import time_llm
+
+    with open_store(db) as store:
+        with store.transaction(read_only=True) as session:
+            llm = queries.get_llm(session, name)
+            plans = _plans(llm.info, batch, prompt, new_tokens)
+            batches = {b for b, _, _ in plans}
+            steps = [s.model_name for s in queries.llm_steps(session, llm.id) if s.batch in batches]
+        started = time.perf_counter()
+        measure = get_settings().measure.model_copy(update={"tight_budget_s": tight_budget})
+        stats = measure_models(store, steps, device, measure_settings=measure)
+        _print_stats(stats)
+        console.print(f"steps measured in {time.perf_counter() - started:.0f} s")
+        started = time.perf_counter()
+        with open_device(device, settings=get_settings()) as dev, store.transaction() as session:
+            llm = queries.get_llm(session, name)
+            for times in time_llm(session, llm, dev, plans, budget_s=budget):
+                console.print(
+                    f"generate() at batch {times.batch}, prompt {times.prompt}, "
+                    f"{times.new_tokens} tokens: {len(times.runs)} runs, TTFT "
+                    f"{_ms(times.ttft)}, total {_ms(times.total)}"
+                )
+        console.print(f"generate() runs in {time.perf_counter() - started:.0f} s")
+    if stats.failed:
+        raise typer.Exit(1)
+
+
+def measure(
+    name: Annotated[str, typer.Argument(help="The LLM's name (opdb llm list).")],
+    device: DeviceOption = None,
+    batch: Annotated[str | None, typer.Option("--batch", "-b", help="Only these batches.")] = None,
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", "-p", help="Only these prompts.")
+    ] = None,
+    new_tokens: Annotated[int | None, typer.Option("--new-tokens", "-n")] = None,
+    budget: BudgetOption = 30.0,
+    tight_budget: TightOption = 20.0,
+    db: DatabaseOption = None,
+) -> None:
+    """Measure NAME's step models on this machine, then time its generate() runs (the reference)."""
+    _measure(name, device, batch, prompt, new_tokens, budget, tight_budget, db)
+
+
+def _ms(x: Interval | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x.value * 1e3:.2f} ms ({x.low * 1e3:.2f} … {x.high * 1e3:.2f})"
+
+
+def _pct(x: Interval | None) -> str:
+    from operator_db.stats import noise_verdict
+
+    if x is None:
+        return "–"
+    return f"{x.value * 100:+.1f} % ({'≈' if noise_verdict(x) == 'within noise' else '≠'})"
+
+
+def print_table(estimates: list[GenerationEstimate]) -> None:
+    """Print estimates against their measured runs: one row per (batch, prompt, new tokens)."""
+    table = Table(
+        "batch", "prompt", "new", "TTFT est", "TTFT run", "err", "TPOT est", "TPOT run", "err",
+        "total est", "total run", "err", "tokens/s", "J/token", "TPOT bound",
+        title=estimates[0].llm + " on " + estimates[0].device_kind if estimates else None,
+    )  # fmt: skip
+    for e in estimates:
+        ref = e.reference
+        errors = e.errors()
+        joules = e.joules_per_token
+        share = e.bound_share
+        table.add_row(
+            str(e.batch), str(e.prompt), str(e.new_tokens),
+            _ms(e.ttft), _ms(ref.ttft if ref else None), _pct(errors.get("ttft")),
+            _ms(e.tpot), _ms(ref.tpot if ref else None), _pct(errors.get("tpot")),
+            _ms(e.total), _ms(ref.total if ref else None), _pct(errors.get("total")),
+            f"{e.tokens_per_s:,.0f}" if e.tokens_per_s else "–",
+            f"{joules.value:.3g}" if joules else "–",
+            f"{e.bound_tpot_s * 1e3:.3f} ms ({share:.0%})" if e.bound_tpot_s and share else "–",
+        )  # fmt: skip
+    console.print(table)
+    console.print("err: estimate against the measured generate() runs; ≈ within noise, ≠ beyond")
+
+
+def estimate(
+    name: Annotated[str, typer.Argument(help="The LLM's name (opdb llm list).")],
+    batch: Annotated[int | None, typer.Option("--batch", "-b")] = None,
+    prompt: Annotated[int | None, typer.Option("--prompt", "-p")] = None,
+    new_tokens: Annotated[int | None, typer.Option("--new-tokens", "-n")] = None,
+    device_kind: KindOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    from_runs: Annotated[
+        bool,
+        typer.Option(
+            "--from-runs",
+            help="Take each step's own measured run, not its estimate from operators: the "
+            "generation's composition alone.",
+        ),
+    ] = False,
+    db: DatabaseOption = None,
+) -> None:
+    """Compose NAME's generation: at one (batch, prompt, new tokens), or at every measured one."""
+    from operator_db.errors import InvalidInputError
+    from operator_db.llm.estimate import estimate_generation, measured_table
+
+    source: Literal["operators", "runs"] = "runs" if from_runs else "operators"
+    given = [x is not None for x in (batch, prompt, new_tokens)]
+    if any(given) and not all(given):
+        raise InvalidInputError("give --batch, --prompt and --new-tokens together, or none")
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        if batch is not None and prompt is not None and new_tokens is not None:
+            found = [
+                estimate_generation(
+                    session, name, device_kind, batch, prompt, new_tokens, source=source
+                )
+            ]
+        else:
+            found = measured_table(session, name, device_kind, source)
+    if as_json:
+        console.print(json.dumps([e.as_dict() for e in found], indent=2))
+        return
+    if not found:
+        console.print(f"{name}: no generate() run is stored: opdb llm measure {name}")
+        return
+    print_table(found)
+    for e in found:
+        for note in e.notes:
+            console.print(f"  b{e.batch} p{e.prompt} n{e.new_tokens}: {note}")
+        if e.fit is not None:
+            console.print(
+                f"  fits {e.fit.tokens:,} cached tokens beside the weights: batch {e.batch} up to "
+                f"{e.fit.max_context:,} tokens each, {e.fit.max_batch:,} sequences of "
+                f"{e.prompt + e.new_tokens} tokens"
+            )
+
+
+def run(
+    reference: Annotated[
+        str, typer.Argument(help="A causal LM, e.g. transformers:LlamaForCausalLM.")
+    ],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Config overrides.")] = None,
+    batch: BatchOption = "1,8",
+    prompt: PromptOption = "128,512",
+    new_tokens: NewTokensOption = 64,
+    points: Annotated[int, typer.Option(help="Decode contexts harvested per prompt.")] = 2,
+    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16.")] = None,
+    name: Annotated[str | None, typer.Option(help="The LLM's name.")] = None,
+    device: DeviceOption = None,
+    budget: BudgetOption = 30.0,
+    tight_budget: TightOption = 20.0,
+    db: DatabaseOption = None,
+) -> None:
+    """From a model name to the table: harvest, measure the steps and generate(), compose."""
+    started = time.perf_counter()
+    llm = _harvest_and_store(
+        reference, overrides, _sizes(batch, "batch sizes"), _sizes(prompt, "prompt lengths"),
+        new_tokens, points, dtype, name, None, db,
+    )  # fmt: skip
+    _measure(llm, device, batch, prompt, new_tokens, budget, tight_budget, db)
+    estimate(llm, None, None, None, None, False, False, db)
+    console.print(f"in {time.perf_counter() - started:.0f} s")
+
+
+def list_llms(db: DatabaseOption = None) -> None:
+    """List the stored LLMs: reference, dtype, size, KV cache per token, step models."""
+    from operator_db.db import queries
+
+    table = Table("name", "reference", "dtype", "parameters", "KV B/token", "max context", "steps")
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        for llm in queries.list_llms(session):
+            steps = len(queries.llm_steps(session, llm.id))
+            table.add_row(
+                llm.name, llm.reference, llm.dtype, f"{llm.params / 1e6:.1f} M",
+                f"{llm.kv_bytes_per_token:,}", str(llm.max_context or "–"), str(steps),
+            )  # fmt: skip
+    console.print(table)
+
+
+app.command()(harvest)
+app.command()(measure)
+app.command()(estimate)
+app.command()(run)
+app.command("list")(list_llms)

@@ -1,0 +1,57 @@
+"""Timing generate() runs: TTFT, each step, the total; the hollow runs; energy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from operator_db.devices.fake import FakeDevice
+from operator_db.errors import MeasurementError
+from operator_db.harvest.refs import load_model, parse_reference
+from operator_db.llm.runs import hollowed, one_run, time_generation
+from tests.llm.common import LLAMA, LLAMA_SMALL
+
+
+@pytest.fixture
+def lm() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return load_model(parse_reference(LLAMA, LLAMA_SMALL), device="cpu").eval()
+
+
+def test_one_run_times_the_first_token_each_step_and_the_total(lm: torch.nn.Module) -> None:
+    ids = torch.randint(0, 256, (2, 8))
+    with FakeDevice(power_mw=50_000, update_period_s=0.001) as device:
+        run = one_run(lm, ids, 5, device)
+    assert len(run.steps_s) == 4
+    assert 0 < run.ttft_s < run.total_s
+    assert run.ttft_s + sum(run.steps_s) <= run.total_s
+    assert run.energy_j is not None and run.energy_j >= 0
+
+
+def test_time_generation_alternates_real_and_hollow_runs(lm: torch.nn.Module) -> None:
+    with FakeDevice(power_mw=50_000, update_period_s=0.001) as device:
+        times = time_generation(lm, 1, 8, 4, device, budget_s=0.0, min_runs=3)
+    assert len(times.runs) == 3 and len(times.hollow) == 3
+    assert times.ttft.low <= times.ttft.value <= times.ttft.high
+    assert times.tpot is not None and times.energy is not None
+    assert times.hollow_step_s is not None and times.hollow_ttft_s is not None
+    # The hollow runs compute no forward: they are the faster.
+    assert times.hollow_total_s is not None and times.hollow_total_s < times.total.value
+    assert not hasattr(lm, "forward") or "forward" not in vars(lm)  # the model is itself again
+
+
+def test_the_hollow_forward_returns_its_logits_and_undoes(lm: torch.nn.Module) -> None:
+    undo = hollowed(lm, 2)
+    out = lm(input_ids=torch.zeros(2, 3, dtype=torch.long), cache=None)
+    assert tuple(out.logits.shape) == (2, 1, 256) and float(out.logits.abs().sum()) == 0.0
+    undo()
+    assert "forward" not in vars(lm)
+
+
+def test_a_loop_that_hands_out_other_tokens_cannot_be_timed(lm: torch.nn.Module) -> None:
+    def short(*_args: object, **_kwargs: object) -> torch.Tensor:
+        return torch.zeros(1, 9, dtype=torch.long)  # no streamer call at all
+
+    lm.generate = short  # type: ignore[method-assign]
+    with FakeDevice() as device, pytest.raises(MeasurementError, match="handed out 0 tokens"):
+        one_run(lm, torch.zeros(1, 8, dtype=torch.long), 4, device)
