@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.routes import configs, devices, jobs, models, service, sources, specs
+from api.routes import configs, devices, jobs, llms, models, service, sources, specs
 
 router = APIRouter()
-for module in (service, specs, models, configs, jobs, devices, sources):
+for module in (service, specs, models, configs, jobs, devices, sources, llms):
     router.include_router(module.router)
 
 __all__ = ["router"]

@@ -172,24 +172,37 @@ def _measure(
         with store.transaction(read_only=True) as session:
             llm = queries.get_llm(session, name)
             plans = _plans(llm.info, batch, prompt, new_tokens)
-            batches = {b for b, _, _ in plans}
-            steps = [s.model_name for s in queries.llm_steps(session, llm.id) if s.batch in batches]
-        started = time.perf_counter()
+            steps = queries.llm_steps(session, llm.id)
         measure = get_settings().measure.model_copy(update={"tight_budget_s": tight_budget})
-        stats = measure_models(store, steps, device, measure_settings=measure)
-        _print_stats(stats)
-        console.print(f"steps measured in {time.perf_counter() - started:.0f} s")
-        started = time.perf_counter()
-        with open_device(device, settings=get_settings()) as dev, store.transaction() as session:
-            llm = queries.get_llm(session, name)
-            for times in time_llm(session, llm, dev, plans, budget_s=budget):
-                console.print(
-                    f"generate() at batch {times.batch}, prompt {times.prompt}, "
-                    f"{times.new_tokens} tokens: {len(times.runs)} runs, TTFT "
-                    f"{_ms(times.ttft)}, total {_ms(times.total)}"
-                )
-        console.print(f"generate() runs in {time.perf_counter() - started:.0f} s")
-    if stats.failed:
+        failed = 0
+        # Plan by plan: its step models, then its generate() runs at once, so that both see the
+        # machine in the same state (a shared host's speed drifts over minutes).
+        for b, p, n in plans:
+            mine = [
+                s.model_name
+                for s in steps
+                if s.batch == b
+                and (s.tokens == p if s.phase == "prefill" else p <= s.tokens <= p + n - 1)
+            ]
+            started = time.perf_counter()
+            stats = measure_models(store, mine, device, measure_settings=measure)
+            _print_stats(stats)
+            failed += stats.failed
+            console.print(f"steps measured in {time.perf_counter() - started:.0f} s")
+            started = time.perf_counter()
+            with (
+                open_device(device, settings=get_settings()) as dev,
+                store.transaction() as session,
+            ):
+                llm = queries.get_llm(session, name)
+                for times in time_llm(session, llm, dev, [(b, p, n)], budget_s=budget):
+                    console.print(
+                        f"generate() at batch {times.batch}, prompt {times.prompt}, "
+                        f"{times.new_tokens} tokens: {len(times.runs)} runs, TTFT "
+                        f"{_ms(times.ttft)}, total {_ms(times.total)} "
+                        f"({time.perf_counter() - started:.0f} s)"
+                    )
+    if failed:
         raise typer.Exit(1)
 
 
@@ -209,10 +222,11 @@ def measure(
     _measure(name, device, batch, prompt, new_tokens, budget, tight_budget, db)
 
 
-def _ms(x: Interval | None) -> str:
+def _ms(x: Interval | None, unit: bool = True) -> str:
     if x is None:
         return "–"
-    return f"{x.value * 1e3:.2f} ms ({x.low * 1e3:.2f} … {x.high * 1e3:.2f})"
+    found = f"{x.value * 1e3:.2f} ({x.low * 1e3:.2f}–{x.high * 1e3:.2f})"
+    return found.replace(" (", " ms (", 1) if unit else found
 
 
 def _pct(x: Interval | None) -> str:
@@ -220,14 +234,15 @@ def _pct(x: Interval | None) -> str:
 
     if x is None:
         return "–"
-    return f"{x.value * 100:+.1f} % ({'≈' if noise_verdict(x) == 'within noise' else '≠'})"
+    return f"{x.value * 100:+.1f} % {'≈' if noise_verdict(x) == 'within noise' else '≠'}"
 
 
 def print_table(estimates: list[GenerationEstimate]) -> None:
     """Print estimates against their measured runs: one row per (batch, prompt, new tokens)."""
     table = Table(
-        "batch", "prompt", "new", "TTFT est", "TTFT run", "err", "TPOT est", "TPOT run", "err",
-        "total est", "total run", "err", "tokens/s", "J/token", "TPOT bound",
+        "batch", "prompt", "new", "TTFT est ms", "TTFT run ms", "err", "TPOT est ms",
+        "TPOT run ms", "err", "total est ms", "total run ms", "err", "tokens/s", "J/token",
+        "TPOT bound ms",
         title=estimates[0].llm + " on " + estimates[0].device_kind if estimates else None,
     )  # fmt: skip
     for e in estimates:
@@ -237,12 +252,13 @@ def print_table(estimates: list[GenerationEstimate]) -> None:
         share = e.bound_share
         table.add_row(
             str(e.batch), str(e.prompt), str(e.new_tokens),
-            _ms(e.ttft), _ms(ref.ttft if ref else None), _pct(errors.get("ttft")),
-            _ms(e.tpot), _ms(ref.tpot if ref else None), _pct(errors.get("tpot")),
-            _ms(e.total), _ms(ref.total if ref else None), _pct(errors.get("total")),
+            _ms(e.ttft, False), _ms(ref.ttft if ref else None, False), _pct(errors.get("ttft")),
+            _ms(e.tpot, False), _ms(ref.tpot if ref else None, False), _pct(errors.get("tpot")),
+            _ms(e.total, False), _ms(ref.total if ref else None, False),
+            _pct(errors.get("total")),
             f"{e.tokens_per_s:,.0f}" if e.tokens_per_s else "–",
             f"{joules.value:.3g}" if joules else "–",
-            f"{e.bound_tpot_s * 1e3:.3f} ms ({share:.0%})" if e.bound_tpot_s and share else "–",
+            f"{e.bound_tpot_s * 1e3:.3f} ({share:.0%})" if e.bound_tpot_s and share else "–",
         )  # fmt: skip
     console.print(table)
     console.print("err: estimate against the measured generate() runs; ≈ within noise, ≠ beyond")

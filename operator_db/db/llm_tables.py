@@ -73,9 +73,10 @@ class GenerationRun(Base):
     """Whole greedy ``generate()`` runs of an LLM on a device kind: the reference of its estimate.
 
     Each figure is the median over ``runs`` runs with its interval (``stats.median_interval``).
-    ``hollow_*`` are the same loop with the model's forward replaced by its recorded output: the
-    time ``generate()`` spends between the model's forwards (set-up, logits processing, sampling,
-    stopping checks).
+    ``between_*`` are the time ``generate()`` spends around the model's forwards in those runs
+    (each forward timed where it runs): set-up and the first token's work (``between_ttft_s``:
+    TTFT − the prefill), between two decode forwards (logits processing, argmax, the stopping
+    check; ``between_step_s``), and from the last token to the return (``between_tail_s``).
     """
 
     __tablename__ = "generation_runs"
@@ -101,9 +102,9 @@ class GenerationRun(Base):
     total_low_s: Mapped[float] = mapped_column(Float)
     total_high_s: Mapped[float] = mapped_column(Float)
     ci_level: Mapped[float] = mapped_column(Float)
-    hollow_ttft_s: Mapped[float | None] = mapped_column(Float)
-    hollow_step_s: Mapped[float | None] = mapped_column(Float)
-    hollow_total_s: Mapped[float | None] = mapped_column(Float)
+    between_ttft_s: Mapped[float | None] = mapped_column(Float)
+    between_step_s: Mapped[float | None] = mapped_column(Float)
+    between_tail_s: Mapped[float | None] = mapped_column(Float)
     energy_j: Mapped[float | None] = mapped_column(Float)
     """Median energy of one whole run, J; None where the device reads none."""
     energy_low_j: Mapped[float | None] = mapped_column(Float)
@@ -111,8 +112,8 @@ class GenerationRun(Base):
     energy_source: Mapped[str | None] = mapped_column(String(32))
     energy_unavailable: Mapped[str | None] = mapped_column(String(500))
     raw: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    """Per run: ``ttft_s``, ``steps_s`` (each decode step's time, in order), ``total_s``,
-    ``energy_j``; the same for the hollow runs (``hollow``)."""
+    """``runs``: per run ``ttft_s``, ``steps_s`` (each decode step's time, in order), ``total_s``,
+    ``energy_j``, ``forwards_s`` (each forward's time: the prefill, then the decode steps)."""
     provenance: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -169,11 +169,12 @@ GRANTS: Mapping[str, Grant] = {
     "ncu_counters": Grant(api=READ, worker=NONE),
     "predictors": Grant(api=READ, worker=NONE),
     "cross_predictors": Grant(api=READ, worker=NONE),
-    # An LLM and its step models are stored with its specs (opdb llm harvest, the owner's); a
-    # host that times generate() runs inserts them as it inserts its results.
+    # An LLM and its step models are stored with its specs (opdb llm harvest), its generate()
+    # runs by opdb llm measure, as opdb measure does: the owner's. A worker measures the step
+    # models as any model.
     "llms": Grant(api=READ, worker=NONE),
     "llm_steps": Grant(api=READ, worker=NONE),
-    "generation_runs": Grant(api=READ, worker=Access(select=("id",), insert=True)),
+    "generation_runs": Grant(api=READ, worker=NONE),
 }
 """What the API and the worker may do, table by table; the owner owns them all."""
 

@@ -3,10 +3,11 @@
 A greedy generation of N tokens from a prompt of P tokens at batch B is, in ``generate()``:
 
 - **TTFT** = the prefill of P tokens + ``generate()``'s own work up to the first token (set-up,
-  logits processing, argmax, the stopping check): its hollow run's TTFT;
+  logits processing, argmax, the stopping check), measured in its runs as TTFT − the prefill's
+  forward;
 - **TPOT(c)** for each decode step over a cache of c = P … P + N − 2 tokens = the decode step at c
-  + the hollow run's time between two forwards;
-- **total** = TTFT + Σ_c TPOT(c) + the hollow run's tail (from the last token to the return).
+  + ``generate()``'s time between two forwards (a step − its forward, in the runs);
+- **total** = TTFT + Σ_c TPOT(c) + the runs' tail (from the last token to the return).
 
 The prefill and the decode steps are step models' estimates (composed from their operators, as
 any model); a context between measured ones is interpolated linearly (the attention over the
@@ -48,10 +49,10 @@ class StepFigure:
 
 @dataclass(frozen=True)
 class Between:
-    """``generate()``'s own time around the forwards, from its hollow runs, s."""
+    """``generate()``'s own time around the forwards, in its runs (each forward timed), s."""
 
     ttft: Interval
-    """Set-up and the first token's work (the hollow runs' TTFT)."""
+    """Set-up and the first token's work (TTFT − the prefill's forward)."""
     step: Interval
     """Between two decode forwards."""
     tail: Interval
@@ -156,7 +157,11 @@ class GenerationEstimate:
         return found
 
     def as_dict(self) -> dict[str, Any]:
-        """Return the estimate as JSON-ready data (times in s, energy in J)."""
+        """Return the estimate as JSON-ready data (times in s, energy in J; infinite ends None)."""
+        found: dict[str, Any] = _finite(self._as_dict())
+        return found
+
+    def _as_dict(self) -> dict[str, Any]:
 
         def iv(x: Interval | None) -> dict[str, Any] | None:
             return None if x is None else x.as_dict()
@@ -216,6 +221,17 @@ class GenerationEstimate:
             },
             "notes": self.notes,
         }
+
+
+def _finite(value: Any) -> Any:
+    """Return ``value`` with every NaN or infinite float, however deep, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _sigma(x: Interval) -> float:
@@ -295,8 +311,8 @@ def compose_generation(
     """Compose a greedy generation of ``new_tokens`` tokens from ``prompt`` at ``batch`` sequences.
 
     ``steps`` are the kind's step estimates (any batch: those at ``batch`` are used); ``between``
-    the hollow runs' times; ``reference`` the measured runs at the same point. The module
-    documentation gives the formulas.
+    is ``generate()``'s time around the forwards; ``reference`` the measured runs at the same
+    point. The module documentation gives the formulas.
     """
     notes: list[str] = []
     prefills = [s for s in steps if s.phase == "prefill" and s.batch == batch]

@@ -25,8 +25,9 @@ from operator_db.llm.compose import (
     StepFigure,
     compose_generation,
 )
+from operator_db.llm.timings import GenerateRun, GenerationTimes
 from operator_db.roofline.peaks import best_peaks, kind_peaks
-from operator_db.stats import Interval, median_interval
+from operator_db.stats import Interval, exact, median_interval
 
 StepSource = Literal["operators", "runs"]
 """What a step's figure is: composed from its operators (an estimate), or its own measured run."""
@@ -89,20 +90,16 @@ def reference_of(run: GenerationRun) -> Reference:
 
 
 def between_of(run: GenerationRun) -> Between | None:
-    """Return ``generate()``'s time around the forwards from a run's hollow runs; None if none."""
-    hollow = (run.raw or {}).get("hollow") or []
-    if not hollow:
+    """Return ``generate()``'s time around the forwards in a set of runs; None if not timed."""
+    runs = [GenerateRun(**r) for r in (run.raw or {}).get("runs") or []]
+    times = GenerationTimes(run.batch, run.prompt, run.new_tokens, runs)
+    ttft, step = times.between_ttft, times.between_step
+    if not runs or ttft is None:
         return None
-    ttft = [float(r["ttft_s"]) for r in hollow]
-    steps = [float(s) for r in hollow for s in r.get("steps_s") or []]
-    tails = [
-        max(float(r["total_s"]) - float(r["ttft_s"]) - sum(r.get("steps_s") or []), 0.0)
-        for r in hollow
-    ]
     return Between(
-        ttft=median_interval(ttft),
-        step=median_interval(steps) if steps else median_interval([0.0]),
-        tail=median_interval(tails),
+        ttft=ttft,
+        step=step if step is not None else exact(0.0),
+        tail=times.tail,
         at=(run.batch, run.prompt, run.new_tokens),
     )
 
@@ -110,7 +107,7 @@ def between_of(run: GenerationRun) -> Between | None:
 def _nearest_between(
     runs: Sequence[GenerationRun], batch: int, prompt: int, new_tokens: int
 ) -> Between | None:
-    """Return the hollow figures of the run at this point, else the nearest batch, then prompt."""
+    """Return the time between forwards at this point, else the nearest batch, then prompt."""
     ranked = sorted(
         runs,
         key=lambda r: (

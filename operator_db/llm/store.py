@@ -14,7 +14,8 @@ from operator_db.db.llm_tables import GenerationRun, Llm
 from operator_db.devices.base import Device
 from operator_db.harvest.refs import load_model, parse_reference
 from operator_db.llm.harvest import LlmHarvest
-from operator_db.llm.runs import GenerationTimes, time_generation
+from operator_db.llm.runs import time_generation
+from operator_db.llm.timings import GenerationTimes
 from operator_db.ops.admission import admit_spec
 from operator_db.ops.encoding import dtype_from_name
 from operator_db.specs.io import parse_spec
@@ -71,6 +72,7 @@ def run_row(llm: Llm, times: GenerationTimes, kind_id: int, host_id: int | None)
     tpot = times.tpot
     energy = times.energy
     ttft, total = times.ttft, times.total
+    between_ttft, between_step = times.between_ttft, times.between_step
     return GenerationRun(
         llm_id=llm.id,
         device_kind_id=kind_id,
@@ -91,18 +93,15 @@ def run_row(llm: Llm, times: GenerationTimes, kind_id: int, host_id: int | None)
         total_low_s=total.low,
         total_high_s=total.high,
         ci_level=total.level,
-        hollow_ttft_s=times.hollow_ttft_s,
-        hollow_step_s=times.hollow_step_s,
-        hollow_total_s=times.hollow_total_s,
+        between_ttft_s=None if between_ttft is None else between_ttft.value,
+        between_step_s=None if between_step is None else between_step.value,
+        between_tail_s=times.tail.value,
         energy_j=None if energy is None else energy.value,
         energy_low_j=None if energy is None else energy.low,
         energy_high_j=None if energy is None else energy.high,
         energy_source=times.energy_source,
         energy_unavailable=(times.energy_unavailable or "")[:500] or None,
-        raw={
-            "runs": [r.as_dict() for r in times.runs],
-            "hollow": [r.as_dict() for r in times.hollow],
-        },
+        raw={"runs": [r.as_dict() for r in times.runs]},
         provenance={"torch": torch.__version__, "transformers": llm.info.get("transformers")},
     )
 

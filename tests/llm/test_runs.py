@@ -1,4 +1,4 @@
-"""Timing generate() runs: TTFT, each step, the total; the hollow runs; energy."""
+"""Timing generate() runs: TTFT, each step and each forward, the total; energy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import MeasurementError
 from operator_db.harvest.refs import load_model, parse_reference
-from operator_db.llm.runs import hollowed, one_run, time_generation
+from operator_db.llm.runs import one_run, time_generation
 from tests.llm.common import LLAMA, LLAMA_SMALL
 
 
@@ -28,24 +28,21 @@ def test_one_run_times_the_first_token_each_step_and_the_total(lm: torch.nn.Modu
     assert run.energy_j is not None and run.energy_j >= 0
 
 
-def test_time_generation_alternates_real_and_hollow_runs(lm: torch.nn.Module) -> None:
+def test_time_generation_times_each_forward_inside_the_runs(lm: torch.nn.Module) -> None:
     with FakeDevice(power_mw=50_000, update_period_s=0.001) as device:
         times = time_generation(lm, 1, 8, 4, device, budget_s=0.0, min_runs=3)
-    assert len(times.runs) == 3 and len(times.hollow) == 3
+    assert len(times.runs) == 3
     assert times.ttft.low <= times.ttft.value <= times.ttft.high
     assert times.tpot is not None and times.energy is not None
-    assert times.hollow_step_s is not None and times.hollow_ttft_s is not None
-    # The hollow runs compute no forward: they are the faster.
-    assert times.hollow_total_s is not None and times.hollow_total_s < times.total.value
-    assert not hasattr(lm, "forward") or "forward" not in vars(lm)  # the model is itself again
-
-
-def test_the_hollow_forward_returns_its_logits_and_undoes(lm: torch.nn.Module) -> None:
-    undo = hollowed(lm, 2)
-    out = lm(input_ids=torch.zeros(2, 3, dtype=torch.long), cache=None)
-    assert tuple(out.logits.shape) == (2, 1, 256) and float(out.logits.abs().sum()) == 0.0
-    undo()
-    assert "forward" not in vars(lm)
+    for run in times.runs:
+        assert len(run.forwards_s) == 4  # the prefill and three decode steps
+        assert 0 < run.forwards_s[0] < run.ttft_s
+        assert all(0 < f < s for f, s in zip(run.forwards_s[1:], run.steps_s, strict=True))
+        assert run.between_ttft_s is not None and run.between_ttft_s > 0
+        assert len(run.between_steps_s) == 3 and min(run.between_steps_s) > 0
+    assert times.between_step is not None and times.between_step.value > 0
+    assert times.between_ttft is not None and times.tail.value >= 0
+    assert "forward" not in vars(lm)  # the model is itself again
 
 
 def test_a_loop_that_hands_out_other_tokens_cannot_be_timed(lm: torch.nn.Module) -> None:

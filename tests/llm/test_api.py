@@ -1,0 +1,56 @@
+"""``/llms``: the stored LLMs and their generation composed, as ``opdb llm estimate`` gives it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from operator_db.config import FAST_FAKE_MEASURE
+from tests.api.common import api_client
+from tests.helpers import run_cli
+from tests.llm.common import LLAMA, LLAMA_OVERRIDES
+
+
+def test_llms_and_their_generation(
+    capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in FAST_FAKE_MEASURE.items():
+        monkeypatch.setenv(name, value)
+    harvest = ["llm", "harvest", LLAMA, *LLAMA_OVERRIDES, "-b", "2", "-p", "8", "-n", "4"]
+    assert run_cli(capsys, *harvest, "--name", "tiny", "--db", db_url).code == 0
+    measure = ["llm", "measure", "tiny", "--budget", "0", "--tight-budget", "0"]
+    assert run_cli(capsys, *measure, "--db", db_url).code == 0
+    shown = run_cli(capsys, "llm", "estimate", "tiny", "--json", "--db", db_url)
+    with api_client(db_url) as client:
+        listed = client.get("/llms").json()
+        assert listed["total"] == 1 and listed["items"][0]["name"] == "tiny"
+        llm = client.get("/llms/tiny").json()
+        assert llm["kv_bytes_per_token"] == 512 and llm["shape"]["kv_heads"] == 2
+        assert llm["plans"] == [{"batch": 2, "prompt": 8, "new_tokens": 4}]
+        assert "tiny-b2-decode-c8" in llm["steps"]
+        (row,) = client.get("/llms/tiny/generation").json()
+        (cli,) = json.loads(shown.out)
+        for figure in ("ttft_s", "tpot_s", "total_s"):
+            assert row[figure]["value"] == pytest.approx(cli[figure]["value"])
+        assert row["measured"]["runs"] == cli["measured"]["runs"]
+        assert row["errors"]["total"]["verdict"] in ("within noise", "beyond noise")
+        other = client.get(
+            "/llms/tiny/generation", params={"batch": 2, "prompt": 8, "new_tokens": 6}
+        )
+        assert other.status_code == 200, other.text
+        (point,) = other.json()
+        assert point["measured"] is None and len(point["tpot_by_context"]) == 5
+        assert any("extrapolated" in note for note in point["notes"])
+        partial = client.get("/llms/tiny/generation", params={"batch": 2})
+        assert partial.status_code == 422
+        assert partial.json()["detail"] == "give batch, prompt and new_tokens together, or none"
+        too_long = client.get(
+            "/llms/tiny/generation", params={"batch": 2, "prompt": 60, "new_tokens": 10}
+        )
+        assert too_long.status_code == 422 and "longer than" in too_long.json()["detail"]
+        missing = client.get("/llms/nothing")
+        assert missing.status_code == 404 and "no LLM named 'nothing'" in missing.json()["detail"]
+        assert (
+            client.get("/llms/tiny/generation", params={"device_kind": "none"}).status_code == 404
+        )
