@@ -3,13 +3,13 @@
 For each family (random weights from a config, nothing downloaded; 2 layers, hidden 512, vocab
 32,000, GPT-2's own 50,257), runs the guide's one command, ``opdb llm run`` (harvest the prefill and
 decode steps at batch 1 and 8, prompt 128 and 512, 64 new tokens; measure every step model; time
-whole ``generate()`` runs, each forward timed inside them) into one SQLite file, and prints its wall time (the
-budget: ≤ 10 min a model). Then, per model and (batch, prompt), TTFT, TPOT and the total composed
-from the operators against the measured ``generate()`` runs, each with its interval and its error
-("≈" within noise, "≠" beyond), the same composed from each step model's own measured run (``--from-
-runs``: the generation's composition alone), the median and worst |error| over all rows, the latency
-of an estimate at a point never run, and a tokens/s-against-batch table for the first model (batch
-1, 2, 4, 8, 16 at prompt 128) with the decode roofline beside it. Run:
+whole ``generate()`` runs, each forward timed inside them) into one SQLite file, and prints its wall
+time (the budget: ≤ 10 min a model). Then, per model and (batch, prompt), TTFT, TPOT and the total
+composed from the operators against the measured ``generate()`` runs, each with its interval and its
+error ("≈" within noise, "≠" beyond), the same composed from each step model's own measured run
+(``--from- runs``: the generation's composition alone), the median and worst |error| over all rows,
+the latency of an estimate at a point never run, and a tokens/s-against-batch table for the first
+model (batch 1, 2, 4, 8, 16 at prompt 128) with the decode roofline beside it. Run:
 
     .venv/bin/python bench/bench_llm.py [--families llama,qwen2,...] [--db PATH] [--fresh]
 
