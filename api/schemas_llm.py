@@ -65,6 +65,10 @@ class MeasuredOut(BaseModel):
     energy_j: IntervalOut | None
     runs: int
     tokens_per_s: float
+    steps_s: list[float] = Field(
+        description="Each decode step's median time over the runs, in order: the step over a "
+        "cache of prompt + i tokens is the i-th."
+    )
 
 
 class ErrorOut(IntervalOut):
@@ -113,3 +117,13 @@ class GenerationOut(BaseModel):
     weight_bytes: int
     fit: FitOut | None
     notes: list[str] = Field(description="What is interpolated, extrapolated or missing.")
+
+
+class LlmCompareOut(GenerationOut):
+    """The generation on one device kind, and how it is known."""
+
+    how: Literal["measured", "predicted"] = Field(
+        description="'measured': the kind's own step figures; 'predicted': by the cross-device "
+        "model, the forwards alone (generate()'s time between them is not known there)."
+    )
+    source: str = Field(description="Where the step figures come from, in words.")

@@ -188,7 +188,7 @@ def main() -> None:
             "llm", "run", FAMILIES[families[0]][0], *_overrides(families[0]), "--name",
             throughput, "-b", THROUGHPUT_BATCHES, "-p", "128", "--device", "cpu", "--db", url,
         )  # fmt: skip
-    print(f"\ntorch threads: {os.cpu_count()} cores on this host")
+    print(f"\n{os.cpu_count()} cores on this host")
     for name, wall in walls.items():
         print(f"{name}: harvested, measured and composed in {wall / 60:.1f} min (opdb llm run)")
     with Store.open(url) as store, store.transaction(read_only=True) as session:

@@ -181,6 +181,7 @@ TORCH_FREE_MODULES = (
     "operator_db/llm/compose.py",
     "operator_db/llm/estimate.py",
     "operator_db/llm/timings.py",
+    "operator_db/llm/compare.py",
 )
 TORCH_PARTS = ("ops", "devices", "harvest", "measure", "worker", "doctor")
 TORCH_MODULES = tuple(f"operator_db.llm.{m}" for m in ("steps", "runs", "harvest", "store"))

@@ -11,7 +11,7 @@ from api.deps import ReadSessionDep
 from api.limits import EXPENSIVE
 from api.routes.common import READ, Limit, Offset
 from api.schemas import Page
-from api.schemas_llm import GenerationOut, LlmOut, PlanOut
+from api.schemas_llm import GenerationOut, LlmCompareOut, LlmOut, PlanOut
 from operator_db.db import queries
 from operator_db.db.llm_tables import Llm
 from operator_db.errors import InvalidInputError
@@ -88,3 +88,31 @@ def get_generation(
     else:
         found = measured_table(session, name, device_kind, source)
     return [GenerationOut.model_validate(e.as_dict()) for e in found]
+
+
+@router.get("/llms/{name}/compare", tags=["estimates"], dependencies=EXPENSIVE)
+def get_llm_comparison(
+    name: str,
+    session: ReadSessionDep,
+    batch: Size = None,
+    prompt: Size = None,
+    new_tokens: Size = None,
+) -> list[LlmCompareOut]:
+    """Which GPU serves this LLM best: its generation on every kind, measured or predicted.
+
+    The same rows as `opdb llm compare`, fastest TPOT first, at `batch`, `prompt` and
+    `new_tokens` (default: the first point harvested). `how` is `measured` (the kind's own step
+    figures) or `predicted` (the cross-device model, the forwards alone).
+    """
+    from operator_db.llm.compare import compare_llm
+
+    given = [batch, prompt, new_tokens]
+    if any(x is not None for x in given) and not all(x is not None for x in given):
+        raise InvalidInputError("give batch, prompt and new_tokens together, or none")
+    if batch is None or prompt is None or new_tokens is None:
+        plans = queries.get_llm(session, name).info.get("plans") or []
+        if not plans:
+            raise InvalidInputError("give batch, prompt and new_tokens: no plan is stored")
+        batch, prompt, new_tokens = (int(plans[0][k]) for k in ("batch", "prompt", "new_tokens"))
+    rows = compare_llm(session, name, batch, prompt, new_tokens)
+    return [LlmCompareOut.model_validate(r.as_dict()) for r in rows]

@@ -20,7 +20,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from api.deps import Credentials, ReadSessionDep, get_settings_dep, server_tokens, token_right
 from api.limits import EXPENSIVE
 from api.problems import http_status
-from api.routes import configs, devices, jobs, models
+from api.routes import configs, devices, jobs, llms, models
 from api.routes.common import Name, Offset
 from api.routes.jobs import JobId
 from api.routes.sources import source_name
@@ -29,7 +29,7 @@ from api.security import same_origin
 from api.ui import context, trust
 from api.ui import format as fmt
 from api.ui.session import COOKIE, SESSION_S, session_right, sign_in, sign_out
-from api.ui.svg import compare_svg, time_series_svg
+from api.ui.svg import compare_svg, lines_svg, time_series_svg
 from operator_db.config import Settings
 from operator_db.db import queries, queue
 from operator_db.db.models import JOB_STATUSES
@@ -274,6 +274,33 @@ def compare_page(request: Request, name: str, session: ReadSessionDep) -> HTMLRe
         rows=compared.rows,
         chart=compare_svg(compared.model, compared.rows),
         cross=cross,
+    )
+
+
+@pages.get("/llms", response_class=HTMLResponse)
+def llms_page(request: Request, session: ReadSessionDep) -> HTMLResponse:
+    """Show the stored causal LMs, as ``GET /llms`` lists them."""
+    return render(request, "llms.html", page="llms", llms=llms.list_llms(session, 1000, 0).items)
+
+
+@pages.get("/llms/{name}", response_class=HTMLResponse, dependencies=EXPENSIVE)
+def llm_page(
+    request: Request, name: str, session: ReadSessionDep, device_kind: Name | None = None
+) -> HTMLResponse:
+    """Show an LLM's generation against its runs: TTFT, TPOT by context, tokens/s, kinds."""
+    llm = llms.get_llm(name, session)
+    points = llms.get_generation(name, session, device_kind=device_kind)
+    series = {}
+    for p in points[:3]:
+        at = f"b{p.batch} p{p.prompt}"
+        series[f"{at} composed"] = [(c.context, c.time_s.value or 0.0) for c in p.tpot_by_context]
+        if p.measured is not None:
+            steps = enumerate(p.measured.steps_s)
+            series[f"{at} generate()"] = [(p.prompt + i, t) for i, t in steps]
+    chart = lines_svg(series, "s", lambda c: f"{c:,.0f} tokens", "TPOT against the context")
+    kinds = llms.get_llm_comparison(name, session) if llm.plans else []
+    return render(
+        request, "llm.html", page="llms", llm=llm, points=points, chart=chart, kinds=kinds
     )
 
 

@@ -26,7 +26,23 @@ def time_series_svg(series: Mapping[str, Sequence[tuple[datetime, float]]], unit
     Accessible: ``role="img"`` with a label that says what is drawn; the page gives the numbers
     in a table beside it.
     """
-    points = [(t.timestamp(), v) for values in series.values() for t, v in values]
+    timed = {n: [(t.timestamp(), v) for t, v in values] for n, values in series.items()}
+    count = sum(len(v) for v in timed.values())
+    return lines_svg(timed, unit, lambda t: when(_dt(t)), f"{plural(count, 'result')} over time")
+
+
+def lines_svg(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    unit: str,
+    x_text: Callable[[float], str],
+    what: str,
+) -> str:
+    """Return an SVG of each series' (x, value in ``unit``) points as a line, with their range.
+
+    ``x_text`` writes an x value under the axis' ends; ``what`` begins the accessible label
+    (``role="img"``); the page gives the numbers in a table beside it.
+    """
+    points = [(t, v) for values in series.values() for t, v in values]
     if not points:
         return ""
     t0, t1 = min(t for t, _ in points), max(t for t, _ in points)
@@ -41,7 +57,7 @@ def time_series_svg(series: Mapping[str, Sequence[tuple[datetime, float]]], unit
         y = HEIGHT - PAD - (v - v0) / span_v * (HEIGHT - 2 * PAD)
         return f"{x:.1f},{y:.1f}"
 
-    label = f"{plural(len(points), 'result')} over time, from {si(v0, unit)} to {si(v1, unit)}"
+    label = f"{what}, from {si(v0, unit)} to {si(v1, unit)}"
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
         f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">',
@@ -51,13 +67,13 @@ def time_series_svg(series: Mapping[str, Sequence[tuple[datetime, float]]], unit
         f'<text x="{LEFT - 4}" y="{PAD + 4}" text-anchor="end">{escape(si(v1, unit, 2))}</text>',
         f'<text x="{LEFT - 4}" y="{HEIGHT - PAD}" text-anchor="end">'
         f"{escape(si(v0, unit, 2))}</text>",
-        f'<text x="{LEFT}" y="{HEIGHT - PAD + 16}">{escape(when(_dt(t0)))}</text>',
+        f'<text x="{LEFT}" y="{HEIGHT - PAD + 16}">{escape(x_text(t0))}</text>',
         f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 16}" text-anchor="end">'
-        f"{escape(when(_dt(t1)))}</text>",
+        f"{escape(x_text(t1))}</text>",
     ]
     for i, (name, values) in enumerate(series.items()):
         color = COLORS[i % len(COLORS)]
-        ordered = sorted((t.timestamp(), v) for t, v in values)
+        ordered = sorted(values)
         coords = " ".join(xy(t, v) for t, v in ordered)
         parts.append(
             f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2">'

@@ -316,6 +316,54 @@ def estimate(
             )
 
 
+def compare(
+    name: Annotated[str, typer.Argument(help="The LLM's name (opdb llm list).")],
+    batch: Annotated[int | None, typer.Option("--batch", "-b")] = None,
+    prompt: Annotated[int | None, typer.Option("--prompt", "-p")] = None,
+    new_tokens: Annotated[int | None, typer.Option("--new-tokens", "-n")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db: DatabaseOption = None,
+) -> None:
+    """NAME on every device kind, measured or predicted: TTFT, TPOT, tokens/s, J/token."""
+    from operator_db.db import queries
+    from operator_db.errors import InvalidInputError
+    from operator_db.llm.compare import compare_llm
+
+    skipped: list[str] = []
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        plans = _plans(queries.get_llm(session, name).info, None, None, None)
+        given = [batch, prompt, new_tokens]
+        if any(x is None for x in given) and not plans:
+            raise InvalidInputError("give --batch, --prompt and --new-tokens: no plan is stored")
+        b, p, n = (x if x is not None else plans[0][i] for i, x in enumerate(given))
+        rows = compare_llm(
+            session, name, b, p, n, on_error=lambda kind, why: skipped.append(f"{kind}: {why}")
+        )
+    if as_json:
+        console.print(json.dumps([r.as_dict() for r in rows], indent=2))
+        return
+    table = Table(
+        "device kind", "how", "TTFT ms", "TPOT ms", "tokens/s", "J/token", "TPOT bound ms",
+        "source", title=f"{name} at batch {b}, prompt {p}, {n} new tokens",
+    )  # fmt: skip
+    for row in rows:
+        e = row.estimate
+        table.add_row(
+            e.device_kind, row.how, _ms(e.ttft, False), _ms(e.tpot, False),
+            f"{e.tokens_per_s:,.0f}" if e.tokens_per_s else "–",
+            f"{e.joules_per_token.value:.3g}" if e.joules_per_token else "–",
+            f"{e.bound_tpot_s * 1e3:.3f}" if e.bound_tpot_s else "–", row.source,
+        )  # fmt: skip
+    console.print(table)
+    if any(r.how == "predicted" for r in rows):
+        console.print(
+            "predicted: the forwards alone (generate()'s time between them is not known where it "
+            "never ran)"
+        )
+    for line in skipped:
+        console.print(f"not predicted: {line}")
+
+
 def run(
     reference: Annotated[
         str, typer.Argument(help="A causal LM, e.g. transformers:LlamaForCausalLM.")
@@ -361,5 +409,6 @@ def list_llms(db: DatabaseOption = None) -> None:
 app.command()(harvest)
 app.command()(measure)
 app.command()(estimate)
+app.command()(compare)
 app.command()(run)
 app.command("list")(list_llms)

@@ -200,6 +200,7 @@ class GenerationEstimate:
                 "energy_j": iv(ref.energy),
                 "runs": ref.runs,
                 "tokens_per_s": self.batch * self.new_tokens / ref.total.value,
+                "steps_s": list(ref.steps_s),
             },
             "errors": {
                 k: {**v.as_dict(), "verdict": noise_verdict(v)} for k, v in self.errors().items()

@@ -155,6 +155,23 @@ def llm_on_kind(session: Session, llm_name: str, kind_name: str | None) -> LlmKi
     return LlmKind(llm, kind, runs, peaks.bytes_per_s if peaks is not None else None)
 
 
+def check_point(llm: Llm, batch: int, prompt: int, new_tokens: int) -> None:
+    """Refuse a generation the LLM cannot run, in one line.
+
+    Raises:
+        InvalidInputError: a size below 1, or a context past the model's maximum.
+    """
+    if batch < 1 or prompt < 1 or new_tokens < 1:
+        raise InvalidInputError(
+            f"batch ({batch}), prompt ({prompt}) and new tokens ({new_tokens}) must be positive"
+        )
+    if llm.max_context is not None and prompt + new_tokens > llm.max_context:
+        raise InvalidInputError(
+            f"a context of {prompt + new_tokens} tokens is longer than {llm.name}'s maximum of "
+            f"{llm.max_context}"
+        )
+
+
 def estimate_generation(
     session: Session,
     llm_name: str,
@@ -175,17 +192,9 @@ def estimate_generation(
         NotFoundError: unknown LLM or kind.
         InvalidInputError: a bad size, or a context past the model's maximum.
     """
-    if batch < 1 or prompt < 1 or new_tokens < 1:
-        raise InvalidInputError(
-            f"batch ({batch}), prompt ({prompt}) and new tokens ({new_tokens}) must be positive"
-        )
     pair = pair or llm_on_kind(session, llm_name, kind_name)
     llm, kind = pair.llm, pair.kind
-    if llm.max_context is not None and prompt + new_tokens > llm.max_context:
-        raise InvalidInputError(
-            f"a context of {prompt + new_tokens} tokens is longer than {llm.name}'s maximum of "
-            f"{llm.max_context}"
-        )
+    check_point(llm, batch, prompt, new_tokens)
     figures = list(steps) if steps is not None else step_figures(session, llm, kind, batch, source)
     at = [r for r in pair.runs if (r.batch, r.prompt, r.new_tokens) == (batch, prompt, new_tokens)]
     return compose_generation(

@@ -19,6 +19,7 @@ from operator_db.errors import OperatorDBError
 from operator_db.report import hardware, roofs, sections
 from operator_db.report.document import Document, markdown_table
 from operator_db.report.estimates import estimate_table, estimates_section
+from operator_db.report.llms import llm_section, llm_table
 from operator_db.report.plots import plot_batch, plot_latency_scatter
 from operator_db.report.predictions import prediction_table, predictions_section
 from operator_db.roofline.counters import counters_study
@@ -68,6 +69,7 @@ TABLE_FILES = (
     "layer_shares.csv",
     "ncu_counters.csv",
     "predictions.csv",
+    "llms.csv",
 )
 """Every table a report writes in full."""
 
@@ -120,6 +122,7 @@ def build_report(
     predicted = prediction_table(session, kinds, chosen)
     pairs = table[["model", "device_kind"]].drop_duplicates().itertuples(index=False)
     estimates = estimate_table(session, [(str(m), str(k)) for m, k in pairs])
+    llms = llm_table(session, None if device_kinds is None else [k.name for k in kinds])
     out_dir.mkdir(parents=True, exist_ok=True)
     # Only once the studies succeeded: a failed run leaves the folder as it was.
     for name in PLOT_FILES:
@@ -156,6 +159,7 @@ def build_report(
     sections.runs_section(doc, runs)
     sections.model_section(doc, table)
     estimates_section(doc, estimates)
+    llm_section(doc, llms)
     sections.complexity_table_section(doc, complexity, out_dir)
     sections.latency_section(doc, points, out_dir)
     sections.correlation_section(doc, corr, out_dir)
@@ -184,6 +188,7 @@ def build_report(
     layers.shares.to_csv(out_dir / "layer_shares.csv", index=False)
     counter_rows.to_csv(out_dir / "ncu_counters.csv", index=False)
     predicted.to_csv(out_dir / "predictions.csv", index=False)
+    llms.to_csv(out_dir / "llms.csv", index=False)
 
     path = out_dir / f"report.{fmt}"
     path.write_text(doc.markdown() if fmt == "md" else doc.html(), encoding="utf-8")

@@ -49,6 +49,17 @@ def test_llms_and_their_generation(
             "/llms/tiny/generation", params={"batch": 2, "prompt": 60, "new_tokens": 10}
         )
         assert too_long.status_code == 422 and "longer than" in too_long.json()["detail"]
+        listing = client.get("/ui/llms")
+        assert listing.status_code == 200 and 'data-llm="tiny"' in listing.text
+        page = client.get("/ui/llms/tiny")
+        assert page.status_code == 200, page.text
+        assert 'data-batch="2" data-prompt="8" data-new="4"' in page.text
+        ttft_ms = f"{row['ttft_s']['value'] * 1e3:.3g}"
+        assert f'data-field="ttft_s" data-sort="{row["ttft_s"]["value"]!r}"' in page.text
+        assert ttft_ms[:3] in page.text
+        assert "TPOT against the context" in page.text  # the chart's label
+        assert 'data-kind="fake:FakeGPU" data-how="measured"' in page.text
+        assert client.get("/ui/llms/nothing").status_code == 404
         missing = client.get("/llms/nothing")
         assert missing.status_code == 404 and "no LLM named 'nothing'" in missing.json()["detail"]
         assert (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,10 @@ from tests.llm.common import LLAMA, LLAMA_OVERRIDES
 
 
 def test_harvest_measure_estimate(
-    capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str],
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     for name, value in FAST_FAKE_MEASURE.items():
         monkeypatch.setenv(name, value)
@@ -57,6 +61,11 @@ def test_harvest_measure_estimate(
     assert other.code == 0, other.err
     assert "the prefill of 16 tokens is flat from measured prompts" in other.out
     assert "7 extrapolated" in other.out
+    report = run_cli(capsys, "report", "-o", str(tmp_path / "report"), "--db", db_url)
+    assert report.code == 0, report.err
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## LLMs: time per token against generate()" in text
+    assert "| tiny | fake:FakeGPU | 2 | 8 | 4 |" in text
     with Store.open(db_url) as store, store.transaction(read_only=True) as session:
         from operator_db.db import queries
 
@@ -82,3 +91,31 @@ def test_bad_requests_are_one_line(capsys: pytest.CaptureFixture[str], db_url: s
         from operator_db.db import queries
 
         assert queries.list_llms(session) == [] and queries.list_models(session) == []
+
+
+def test_half_precision(
+    capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in FAST_FAKE_MEASURE.items():
+        monkeypatch.setenv(name, value)
+    harvest = ["llm", "harvest", LLAMA, *LLAMA_OVERRIDES, "-b", "1", "-p", "8", "-n", "3"]
+    done = run_cli(capsys, *harvest, "--dtype", "bfloat16", "--name", "half", "--db", db_url)
+    assert done.code == 0, done.err
+    assert "bfloat16, KV cache 256 B/token" in done.out  # half of float32's 512
+    with Store.open(db_url) as store, store.transaction(read_only=True) as session:
+        from operator_db.db import queries
+
+        step = queries.get_model(session, "half-b1-decode-c8")
+        assert step.dtype == "bfloat16"
+        linear = {
+            c.config.dtype
+            for c in queries.model_configs(session, step.id)
+            if c.config.op == "torch.nn.Linear"
+        }
+        assert linear == {"bfloat16"}, linear  # RMSNorm's own float32 upcast stays float32
+    measured = run_cli(
+        capsys, "llm", "measure", "half", "--budget", "0", "--tight-budget", "0", "--db", db_url
+    )
+    assert measured.code == 0, measured.err
+    (row,) = json.loads(run_cli(capsys, "llm", "estimate", "half", "--json", "--db", db_url).out)
+    assert row["tpot_s"]["value"] > 0 and row["measured"]["tpot_s"]["value"] > 0

@@ -157,6 +157,7 @@ def test_study_report_fills_every_section(store: Store, tmp_path: Path) -> None:
         "Run matrix",
         "Measured models",
         "Estimates against the measured models",
+        "LLMs: time per token against generate()",
         "Complexity",
         "Latency against FLOPs and parameters",
         "Rank correlation",
