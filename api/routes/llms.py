@@ -14,7 +14,7 @@ from api.schemas import Page
 from api.schemas_llm import GenerationOut, LlmCompareOut, LlmOut, PlanOut
 from operator_db.db import queries
 from operator_db.db.llm_tables import Llm
-from operator_db.errors import InvalidInputError
+from operator_db.errors import NotFoundError
 
 router = APIRouter(tags=["llms"], dependencies=READ)
 
@@ -36,6 +36,33 @@ def _llm_out(session: Session, llm: Llm) -> LlmOut:
         plans=[PlanOut(**p) for p in info.get("plans") or []],
         steps=[s.model_name for s in queries.llm_steps(session, llm.id)],
     )
+
+
+def _point(
+    session: Session,
+    name: str,
+    batch: int | None,
+    prompt: int | None,
+    new_tokens: int | None,
+    *,
+    required: bool = False,
+) -> tuple[int, int, int] | None:
+    """Return the (batch, prompt, new tokens) asked for, a size not given from the first harvested.
+
+    None where none is given and none is ``required``.
+
+    Raises:
+        NotFoundError: unknown LLM, or a size to fill and no point harvested.
+    """
+    given = (batch, prompt, new_tokens)
+    if all(x is None for x in given) and not required:
+        return None
+    plans = queries.get_llm(session, name).info.get("plans") or []
+    if any(x is None for x in given) and not plans:
+        raise NotFoundError(f"{name} has no harvested point: give batch, prompt and new_tokens")
+    first = [int(plans[0][k]) for k in ("batch", "prompt", "new_tokens")] if plans else [0] * 3
+    b, p, n = (x if x is not None else first[i] for i, x in enumerate(given))
+    return b, p, n
 
 
 @router.get("/llms")
@@ -68,23 +95,18 @@ def get_generation(
 ) -> list[GenerationOut]:
     """Compose the LLM's generation: TTFT, TPOT by context, total, tokens/s, J/token.
 
-    The same figures as `opdb llm estimate`: at `batch`, `prompt` and `new_tokens` (all three, or
-    none for every point with measured `generate()` runs), on `device_kind` (default: the one
-    the LLM was run on), each with its interval and against the measured runs where they exist.
-    `source=runs` composes each step model's own measured run instead of its operators. 404 for
-    an unknown LLM or kind; 422 for a context past the model's maximum or a partial point.
+    The same figures as `opdb llm estimate`: at `batch`, `prompt` and `new_tokens` (a size not
+    given: the first harvested point's; none: every point with measured `generate()` runs), on
+    `device_kind` (default: the one the LLM was run on), each with its interval and against the
+    measured runs where they exist. `source=runs` composes each step model's own measured run
+    instead of its operators. 404 for an unknown LLM or kind; 422 for a context past the model's
+    maximum.
     """
     from operator_db.llm.estimate import estimate_generation, measured_table
 
-    given = [x is not None for x in (batch, prompt, new_tokens)]
-    if any(given) and not all(given):
-        raise InvalidInputError("give batch, prompt and new_tokens together, or none")
-    if batch is not None and prompt is not None and new_tokens is not None:
-        found = [
-            estimate_generation(
-                session, name, device_kind, batch, prompt, new_tokens, source=source
-            )
-        ]
+    point = _point(session, name, batch, prompt, new_tokens)
+    if point is not None:
+        found = [estimate_generation(session, name, device_kind, *point, source=source)]
     else:
         found = measured_table(session, name, device_kind, source)
     return [GenerationOut.model_validate(e.as_dict()) for e in found]
@@ -101,18 +123,12 @@ def get_llm_comparison(
     """Which GPU serves this LLM best: its generation on every kind, measured or predicted.
 
     The same rows as `opdb llm compare`, fastest TPOT first, at `batch`, `prompt` and
-    `new_tokens` (default: the first point harvested). `how` is `measured` (the kind's own step
-    figures) or `predicted` (the cross-device model, the forwards alone).
+    `new_tokens` (a size not given: the first point harvested's). `how` is `measured` (the
+    kind's own step figures) or `predicted` (the cross-device model, the forwards alone).
     """
     from operator_db.llm.compare import compare_llm
 
-    given = [batch, prompt, new_tokens]
-    if any(x is not None for x in given) and not all(x is not None for x in given):
-        raise InvalidInputError("give batch, prompt and new_tokens together, or none")
-    if batch is None or prompt is None or new_tokens is None:
-        plans = queries.get_llm(session, name).info.get("plans") or []
-        if not plans:
-            raise InvalidInputError("give batch, prompt and new_tokens: no plan is stored")
-        batch, prompt, new_tokens = (int(plans[0][k]) for k in ("batch", "prompt", "new_tokens"))
-    rows = compare_llm(session, name, batch, prompt, new_tokens)
+    point = _point(session, name, batch, prompt, new_tokens, required=True)
+    assert point is not None
+    rows = compare_llm(session, name, *point)
     return [LlmCompareOut.model_validate(r.as_dict()) for r in rows]

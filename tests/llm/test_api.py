@@ -42,9 +42,9 @@ def test_llms_and_their_generation(
         (point,) = other.json()
         assert point["measured"] is None and len(point["tpot_by_context"]) == 5
         assert any("extrapolated" in note for note in point["notes"])
-        partial = client.get("/llms/tiny/generation", params={"batch": 2})
-        assert partial.status_code == 422
-        assert partial.json()["detail"] == "give batch, prompt and new_tokens together, or none"
+        partial = client.get("/llms/tiny/generation", params={"new_tokens": 6})
+        assert partial.status_code == 200  # batch 2 and prompt 8: the harvested point's
+        assert partial.json()[0]["ttft_s"] == point["ttft_s"]
         too_long = client.get(
             "/llms/tiny/generation", params={"batch": 2, "prompt": 60, "new_tokens": 10}
         )

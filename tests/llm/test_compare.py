@@ -82,5 +82,5 @@ def test_measured_and_predicted_kinds(
         assert [r["device_kind"] for r in answer.json()] == [
             r["device_kind"] for r in rows.values()
         ]
-        partial = client.get("/llms/tiny/compare", params={"prompt": 8})
-        assert partial.status_code == 422
+        partial = client.get("/llms/tiny/compare", params={"new_tokens": 3})
+        assert partial.status_code == 200 and partial.json()[0]["new_tokens"] == 3
