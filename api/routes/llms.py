@@ -14,7 +14,7 @@ from api.schemas import Page
 from api.schemas_llm import GenerationOut, LlmCompareOut, LlmOut, PlanOut
 from operator_db.db import queries
 from operator_db.db.llm_tables import Llm
-from operator_db.errors import NotFoundError
+from operator_db.llm.estimate import harvested_point
 
 router = APIRouter(tags=["llms"], dependencies=READ)
 
@@ -54,15 +54,9 @@ def _point(
     Raises:
         NotFoundError: unknown LLM, or a size to fill and no point harvested.
     """
-    given = (batch, prompt, new_tokens)
-    if all(x is None for x in given) and not required:
+    if all(x is None for x in (batch, prompt, new_tokens)) and not required:
         return None
-    plans = queries.get_llm(session, name).info.get("plans") or []
-    if any(x is None for x in given) and not plans:
-        raise NotFoundError(f"{name} has no harvested point: give batch, prompt and new_tokens")
-    first = [int(plans[0][k]) for k in ("batch", "prompt", "new_tokens")] if plans else [0] * 3
-    b, p, n = (x if x is not None else first[i] for i, x in enumerate(given))
-    return b, p, n
+    return harvested_point(queries.get_llm(session, name), batch, prompt, new_tokens)
 
 
 @router.get("/llms")

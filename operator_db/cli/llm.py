@@ -326,16 +326,12 @@ def compare(
 ) -> None:
     """NAME on every device kind, measured or predicted: TTFT, TPOT, tokens/s, J/token."""
     from operator_db.db import queries
-    from operator_db.errors import InvalidInputError
     from operator_db.llm.compare import compare_llm
+    from operator_db.llm.estimate import harvested_point
 
     skipped: list[str] = []
     with open_store(db) as store, store.transaction(read_only=True) as session:
-        plans = _plans(queries.get_llm(session, name).info, None, None, None)
-        given = [batch, prompt, new_tokens]
-        if any(x is None for x in given) and not plans:
-            raise InvalidInputError("give --batch, --prompt and --new-tokens: no plan is stored")
-        b, p, n = (x if x is not None else plans[0][i] for i, x in enumerate(given))
+        b, p, n = harvested_point(queries.get_llm(session, name), batch, prompt, new_tokens)
         rows = compare_llm(
             session, name, b, p, n, on_error=lambda kind, why: skipped.append(f"{kind}: {why}")
         )

@@ -15,19 +15,19 @@ Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
 from operator_db.db import queries
+from operator_db.db.queries.llm import StepModel
 from operator_db.errors import OperatorDBError
 from operator_db.estimate.compose import estimate_model
 from operator_db.estimate.options import EstimateOptions
 from operator_db.llm.compose import GenerationEstimate, StepFigure, compose_generation
-from operator_db.llm.estimate import LlmKind, check_point, estimate_generation, step_figures
-from operator_db.roofline.peaks import best_peaks, kind_peaks
+from operator_db.llm.estimate import check_point, estimate_generation, llm_on_kind, step_figures
 from operator_db.stats import Interval
 
 How = Literal["measured", "predicted"]
@@ -47,9 +47,8 @@ class LlmKindRow:
         return {"how": self.how, "source": self.source, **self.estimate.as_dict()}
 
 
-def _measured_kinds(session: Session, llm_id: int, batch: int) -> list[str]:
-    """Return the kinds with a figure of every step model of the LLM at ``batch``."""
-    steps = [s for s in queries.llm_steps(session, llm_id) if s.batch == batch]
+def _measured_kinds(session: Session, steps: Sequence[StepModel]) -> list[str]:
+    """Return the kinds with a figure of each of ``steps`` (its own or of its configurations)."""
     kinds: set[str] | None = None
     for step in steps:
         on = set(queries.kinds_measuring_model(session, step.model_id))
@@ -58,14 +57,14 @@ def _measured_kinds(session: Session, llm_id: int, batch: int) -> list[str]:
 
 
 def _predicted_steps(
-    session: Session, llm_id: int, batch: int, names: list[str], found: Any
+    session: Session, steps: Sequence[StepModel], names: list[str], found: Any
 ) -> tuple[dict[str, list[StepFigure]], dict[str, str]]:
-    """Return each kind's predicted step figures at ``batch``, and the kinds that failed, why."""
+    """Return each kind's predicted figures of ``steps``, and the kinds that failed, why."""
     from operator_db.predict.across.store import predicted_costs_many
 
     figures: dict[str, list[StepFigure]] = {n: [] for n in names}
     failed: dict[str, str] = {}
-    for step in [s for s in queries.llm_steps(session, llm_id) if s.batch == batch]:
+    for step in steps:
         many = predicted_costs_many(session, step.model_name, names, found)
         for name, predicted in many.items():
             if isinstance(predicted, OperatorDBError):
@@ -106,14 +105,12 @@ def compare_llm(
     llm = queries.get_llm(session, name)
     check_point(llm, batch, prompt, new_tokens)
     rows: list[LlmKindRow] = []
-    measured = _measured_kinds(session, llm.id, batch)
+    steps = [s for s in queries.llm_steps(session, llm.id) if s.batch == batch]
+    measured = _measured_kinds(session, steps)
     for kind_name in measured:
-        kind = queries.get_device_kind(session, kind_name)
-        runs = queries.generation_runs(session, llm.id, kind.id)
-        peaks = best_peaks(kind_peaks(session, kind, kind.name), llm.dtype)
-        pair = LlmKind(llm, kind, runs, peaks.bytes_per_s if peaks is not None else None)
-        figures = step_figures(session, llm, kind, batch)
-        if len(figures) < len([s for s in queries.llm_steps(session, llm.id) if s.batch == batch]):
+        pair = llm_on_kind(session, name, kind_name)
+        figures = step_figures(session, llm, pair.kind, batch)
+        if len(figures) < len(steps):
             continue  # some step has no figure of its own there (a few configurations only)
         est = estimate_generation(
             session, name, kind_name, batch, prompt, new_tokens, pair=pair, steps=figures
@@ -124,19 +121,18 @@ def compare_llm(
     found = load(session)
     if found is not None:
         names = sorted(n for n in gpu_kinds(session) if n not in measured)
-        predicted, failed = _predicted_steps(session, llm.id, batch, names, found)
+        predicted, failed = _predicted_steps(session, steps, names, found)
         for kind_name, message in failed.items():
             if on_error is not None:
                 on_error(kind_name, message)
         version = found[1].version
         for kind_name, figures in predicted.items():
-            kind = queries.get_device_kind(session, kind_name)
-            peaks = best_peaks(kind_peaks(session, kind, kind.name), llm.dtype)
+            pair = llm_on_kind(session, name, kind_name)
             est = compose_generation(
                 llm.name, kind_name, batch, prompt, new_tokens, figures,
                 weight_bytes=llm.weight_bytes, kv_bytes_per_token=llm.kv_bytes_per_token,
-                bandwidth_bytes_per_s=peaks.bytes_per_s if peaks is not None else None,
-                memory_bytes=kind.memory_bytes, max_context=llm.max_context,
+                bandwidth_bytes_per_s=pair.bandwidth_bytes_per_s,
+                memory_bytes=pair.kind.memory_bytes, max_context=llm.max_context,
             )  # fmt: skip
             source = f"predicted by the cross-device model v{version}"
             rows.append(LlmKindRow("predicted", est, source))

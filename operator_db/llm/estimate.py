@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from operator_db.db import queries
 from operator_db.db.llm_tables import GenerationRun, Llm
 from operator_db.db.models import DeviceKind
-from operator_db.errors import InvalidInputError
+from operator_db.errors import InvalidInputError, NotFoundError
 from operator_db.estimate.compose import estimate_model
 from operator_db.llm.compose import (
     Between,
@@ -153,6 +153,23 @@ def llm_on_kind(session: Session, llm_name: str, kind_name: str | None) -> LlmKi
     runs = queries.generation_runs(session, llm.id, kind.id)
     peaks = best_peaks(kind_peaks(session, kind, kind.name), llm.dtype)
     return LlmKind(llm, kind, runs, peaks.bytes_per_s if peaks is not None else None)
+
+
+def harvested_point(
+    llm: Llm, batch: int | None, prompt: int | None, new_tokens: int | None
+) -> tuple[int, int, int]:
+    """Return (batch, prompt, new tokens), a size not given from the first point harvested.
+
+    Raises:
+        NotFoundError: a size to fill and no point harvested.
+    """
+    given = (batch, prompt, new_tokens)
+    plans = (llm.info or {}).get("plans") or []
+    if any(x is None for x in given) and not plans:
+        raise NotFoundError(f"{llm.name} has no harvested point: give batch, prompt and new tokens")
+    first = [int(plans[0][k]) for k in ("batch", "prompt", "new_tokens")] if plans else [0] * 3
+    b, p, n = (x if x is not None else first[i] for i, x in enumerate(given))
+    return b, p, n
 
 
 def check_point(llm: Llm, batch: int, prompt: int, new_tokens: int) -> None:

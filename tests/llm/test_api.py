@@ -6,21 +6,15 @@ import json
 
 import pytest
 
-from operator_db.config import FAST_FAKE_MEASURE
 from tests.api.common import api_client
 from tests.helpers import run_cli
-from tests.llm.common import LLAMA, LLAMA_OVERRIDES
+from tests.llm.common import measured_tiny
 
 
 def test_llms_and_their_generation(
     capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in FAST_FAKE_MEASURE.items():
-        monkeypatch.setenv(name, value)
-    harvest = ["llm", "harvest", LLAMA, *LLAMA_OVERRIDES, "-b", "2", "-p", "8", "-n", "4"]
-    assert run_cli(capsys, *harvest, "--name", "tiny", "--db", db_url).code == 0
-    measure = ["llm", "measure", "tiny", "--budget", "0", "--tight-budget", "0"]
-    assert run_cli(capsys, *measure, "--db", db_url).code == 0
+    measured_tiny(capsys, db_url, monkeypatch)
     shown = run_cli(capsys, "llm", "estimate", "tiny", "--json", "--db", db_url)
     with api_client(db_url) as client:
         listed = client.get("/llms").json()

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 import operator_db.predict.across.store as across_store
-from operator_db.config import FAST_FAKE_MEASURE
 from operator_db.db import queries
 from operator_db.db.store import Store
 from operator_db.estimate.predicted import Predicted, PredictedCost
 from tests.api.common import api_client
 from tests.helpers import run_cli
-from tests.llm.common import LLAMA, LLAMA_OVERRIDES
+from tests.llm.common import measured_tiny
 
 A100 = "NVIDIA A100-SXM4-80GB"
 PER_CALL = PredictedCost(1e-5, 0.8e-5, 1.2e-5)
@@ -49,12 +48,7 @@ def test_measured_and_predicted_kinds(
     monkeypatch: pytest.MonkeyPatch,
     predictor: None,
 ) -> None:
-    for name, value in FAST_FAKE_MEASURE.items():
-        monkeypatch.setenv(name, value)
-    harvest = ["llm", "harvest", LLAMA, *LLAMA_OVERRIDES, "-b", "2", "-p", "8", "-n", "4"]
-    assert run_cli(capsys, *harvest, "--name", "tiny", "--db", db_url).code == 0
-    measure = ["llm", "measure", "tiny", "--budget", "0", "--tight-budget", "0"]
-    assert run_cli(capsys, *measure, "--db", db_url).code == 0
+    measured_tiny(capsys, db_url, monkeypatch)
     with Store.open(db_url) as store, store.transaction() as session:
         queries.get_or_create_device_kind(session, A100, "gpu")
     shown = run_cli(capsys, "llm", "compare", "tiny", "--json", "--db", db_url)
