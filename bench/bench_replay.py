@@ -6,7 +6,10 @@ the model and its hollow run, and times them all in one interleaved measurement
 (``measure/replay.py``): one instance per configuration or one per call position, each call
 reading its own inputs or the previous call's output (chained). Each way of timing the operators
 is composed as the estimate does — Σ count × per-call time, plus the hollow run minus the
-functional operators' share — and printed against the measured model. Run:
+functional operators' share as composed — and printed against the measured model. The last row
+composes the replay with the hollow run less the functional operators' *looped-alone* times
+instead (the time between operators if they ran in the hollow pass as they do alone: see
+docs/llm.md, "What the figures say"). Run:
 
     .venv/bin/python bench/bench_replay.py [SPEC ...] [--threads N]
 
@@ -41,15 +44,24 @@ VARIANTS = {
     "in order, one instance per call position, chained (the replay)": (2 * 1024**3, True),
 }
 """Label → (``max_copy_bytes``, ``chain``) of a :class:`Replay`."""
+ALONE = "the replay, the hollow run less the functional operators' looped-alone times"
 
 
 def _compose(
-    spec: Spec, keys: list[str], per_call: dict[str, float], hollow_s: float | None
+    spec: Spec,
+    keys: list[str],
+    per_call: dict[str, float],
+    hollow_s: float | None,
+    functional_from: dict[str, float],
 ) -> float:
-    """Σ count × per-call time + max(hollow − Σ the functional operators, 0), in s."""
+    """Σ count × per-call time + max(hollow − Σ the functional operators, 0), in s.
+
+    The functional operators' time subtracted from the hollow run is taken from
+    ``functional_from`` (the estimate: the per-call times it composes, ``per_call``).
+    """
     ops = [(op, key) for op, key in zip(spec.operators, keys, strict=True) if key in per_call]
     total = sum(op.count * per_call[key] for op, key in ops)
-    functional = sum(op.count * per_call[key] for op, key in ops if op.form == "function")
+    functional = sum(op.count * functional_from[key] for op, key in ops if op.form == "function")
     return total + (max(hollow_s - functional, 0.0) if hollow_s is not None else 0.0)
 
 
@@ -69,7 +81,11 @@ def main() -> None:
         f"{args.threads or torch.get_num_threads()}; load average before "
         f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}"
     )
-    rows: dict[str, list[str]] = {"looped alone": [], **{label: [] for label in VARIANTS}}
+    rows: dict[str, list[str]] = {
+        "looped alone": [],
+        **{label: [] for label in VARIANTS},
+        ALONE: [],
+    }
     names = []
     for path in args.specs:
         spec = load_spec(path, max_bytes=settings.max_spec_bytes).spec
@@ -109,11 +125,15 @@ def main() -> None:
         model_s = results["model"].eager.summary.median
         hollow_s = results["hollow"].eager.summary.median if "hollow" in results else None
         alone = {k: results[k].eager.summary.median for k in built}
-        rows["looped alone"].append(f"{_compose(spec, keys, alone, hollow_s) / model_s - 1:+.1%}")
+        rows["looped alone"].append(
+            f"{_compose(spec, keys, alone, hollow_s, alone) / model_s - 1:+.1%}"
+        )
         for label, replay in replays.items():
             figures = replay.figures()
-            estimate = _compose(spec, keys, figures.per_call_s, hollow_s)
+            estimate = _compose(spec, keys, figures.per_call_s, hollow_s, figures.per_call_s)
             rows[label].append(f"{estimate / model_s - 1:+.1%}")
+        other = _compose(spec, keys, figures.per_call_s, hollow_s, alone)
+        rows[ALONE].append(f"{other / model_s - 1:+.1%}")
         print(
             f"- {info.name}: model {model_s * 1e3:.2f} ms; {len(calls)} calls replayed, "
             f"{replays[list(VARIANTS)[-1]].figures().chained:.0%} chained",
