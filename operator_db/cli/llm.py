@@ -24,7 +24,11 @@ BatchOption = Annotated[str, typer.Option("--batch", "-b", help="Batch sizes, e.
 PromptOption = Annotated[str, typer.Option("--prompt", "-p", help="Prompt lengths, e.g. 128,512.")]
 NewTokensOption = Annotated[int, typer.Option("--new-tokens", "-n", help="Tokens generated.")]
 BudgetOption = Annotated[
-    float, typer.Option(help="Most seconds of generate() runs per (batch, prompt, new tokens).")
+    float,
+    typer.Option(
+        help="About this many seconds of generate() runs per (batch, prompt, new tokens), "
+        "spread over its step models' rounds (five runs at least)."
+    ),
 ]
 TightOption = Annotated[
     float,
@@ -166,7 +170,7 @@ def _measure(
     from operator_db.config import get_settings
     from operator_db.db import queries
     from operator_db.devices.factory import open_device
-    from operator_db.llm.store import time_llm
+    from operator_db.llm.store import generate_alongside, store_alongside
 
     with open_store(db) as store:
         with store.transaction(read_only=True) as session:
@@ -175,8 +179,8 @@ def _measure(
             steps = queries.llm_steps(session, llm.id)
         measure = get_settings().measure.model_copy(update={"tight_budget_s": tight_budget})
         failed = 0
-        # Plan by plan: its step models, then its generate() runs at once, so that both see the
-        # machine in the same state (a shared host's speed drifts over minutes).
+        # Plan by plan: its step models' jobs, with the plan's generate() runs made inside their
+        # rounds (llm.runs.GenerateAlongside), so that both see the machine in the same state.
         for b, p, n in plans:
             mine = [
                 s.model_name
@@ -185,23 +189,27 @@ def _measure(
                 and (s.tokens == p if s.phase == "prefill" else p <= s.tokens <= p + n - 1)
             ]
             started = time.perf_counter()
-            stats = measure_models(store, mine, device, measure_settings=measure)
-            _print_stats(stats)
-            failed += stats.failed
-            console.print(f"steps measured in {time.perf_counter() - started:.0f} s")
-            started = time.perf_counter()
-            with (
-                open_device(device, settings=get_settings()) as dev,
-                store.transaction() as session,
-            ):
-                llm = queries.get_llm(session, name)
-                for times in time_llm(session, llm, dev, [(b, p, n)], budget_s=budget):
-                    console.print(
-                        f"generate() at batch {times.batch}, prompt {times.prompt}, "
-                        f"{times.new_tokens} tokens: {len(times.runs)} runs, TTFT "
-                        f"{_ms(times.ttft)}, total {_ms(times.total)} "
-                        f"({time.perf_counter() - started:.0f} s)"
-                    )
+            with open_device(device, settings=get_settings()) as dev:
+                with store.transaction(read_only=True) as session:
+                    llm = queries.get_llm(session, name)
+                    alongside = generate_alongside(llm, dev, (b, p, n), budget, mine, measure)
+                stats = measure_models(
+                    store,
+                    mine,
+                    device,
+                    measure_settings=measure,
+                    companions=alongside.companions,
+                )
+                _print_stats(stats)
+                failed += stats.failed
+                console.print(f"steps measured in {time.perf_counter() - started:.0f} s")
+                with store.transaction() as session:
+                    times = store_alongside(session, queries.get_llm(session, name), dev, alongside)
+            console.print(
+                f"generate() at batch {times.batch}, prompt {times.prompt}, "
+                f"{times.new_tokens} tokens: {len(times.runs)} runs among the steps' rounds, TTFT "
+                f"{_ms(times.ttft)}, total {_ms(times.total)}"
+            )
     if failed:
         raise typer.Exit(1)
 
@@ -218,7 +226,7 @@ def measure(
     tight_budget: TightOption = 20.0,
     db: DatabaseOption = None,
 ) -> None:
-    """Measure NAME's step models on this machine, then time its generate() runs (the reference)."""
+    """Measure NAME's step models here, and its generate() runs (the reference) among them."""
     _measure(name, device, batch, prompt, new_tokens, budget, tight_budget, db)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ if TYPE_CHECKING:  # torch and pandas behind these: imported by the commands tha
     from operator_db.config import MeasureSettings
     from operator_db.db.store import Store
     from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions, WorkerStats
+    from operator_db.worker.execute import Companions
 
 
 def enqueue(
@@ -104,14 +106,17 @@ def run_worker(
     device_spec: str | None,
     options: WorkerOptions,
     measure_settings: MeasureSettings | None = None,
+    companions: Companions | None = None,
 ) -> WorkerStats:
     """Open the device and run a worker on ``store`` with a progress display or log lines.
 
-    ``measure_settings`` replace the settings' ``measure`` (a command's own budget).
+    ``measure_settings`` replace the settings' ``measure`` (a command's own budget);
+    ``companions`` add targets to interleaved jobs' rounds (``worker.execute.execute_job``).
     """
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
     from operator_db.worker.daemon import Worker
+    from operator_db.worker.execute import execute_job
 
     settings = get_settings()
     with open_device(device_spec, settings=settings) as device:
@@ -152,7 +157,12 @@ def run_worker(
                 )
 
         worker = Worker(
-            store, device, measure_settings or settings.measure, options, on_event=on_event
+            store,
+            device,
+            measure_settings or settings.measure,
+            options,
+            on_event=on_event,
+            executor=functools.partial(execute_job, companions=companions),
         )
         with _stop_on_signals(worker):
             try:
@@ -239,12 +249,14 @@ def measure_models(
     interleave: bool = True,
     remeasure: bool = False,
     measure_settings: MeasureSettings | None = None,
+    companions: Companions | None = None,
 ) -> WorkerStats:
     """Queue ``models`` for this machine's device kind, then work until the queue is empty.
 
     Each model and its configurations are measured in interleaved rounds (one job) unless
     ``interleave`` is False; configurations left out of the interleave are then queued alone.
-    ``measure_settings`` replace the settings' ``measure``.
+    ``measure_settings`` replace the settings' ``measure``; ``companions`` add targets to the
+    interleaved jobs' rounds.
     """
     from operator_db.config import get_settings
     from operator_db.db import queue
@@ -271,7 +283,7 @@ def measure_models(
             f"{result.already_measured} already measured"
         )
     options = WorkerOptions(until_idle=True, poll_s=0.5)
-    stats = run_worker(store, device, options, measure_settings)
+    stats = run_worker(store, device, options, measure_settings, companions)
     if interleave:
         with store.transaction() as session:
             left = queue.enqueue_left_out(session, list(models), kind)

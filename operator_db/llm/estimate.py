@@ -27,7 +27,7 @@ from operator_db.llm.compose import (
 )
 from operator_db.llm.timings import GenerateRun, GenerationTimes
 from operator_db.roofline.peaks import best_peaks, kind_peaks
-from operator_db.stats import Interval, exact, median_interval
+from operator_db.stats import Interval, exact
 
 StepSource = Literal["operators", "runs"]
 """What a step's figure is: composed from its operators (an estimate), or its own measured run."""
@@ -67,12 +67,8 @@ def _interval(value: float, low: float, high: float, level: float) -> Interval:
 
 def reference_of(run: GenerationRun) -> Reference:
     """Return a stored set of ``generate()`` runs as the reference figures."""
-    runs = (run.raw or {}).get("runs") or []
-    steps = [r.get("steps_s") or [] for r in runs]
-    medians = [
-        median_interval([s[i] for s in steps]).value
-        for i in range(min((len(s) for s in steps), default=0))
-    ]
+    runs = [GenerateRun(**r) for r in (run.raw or {}).get("runs") or []]
+    medians = GenerationTimes(run.batch, run.prompt, run.new_tokens, runs).steps_s
     energy = None
     if run.energy_j is not None and run.energy_low_j is not None and run.energy_high_j is not None:
         energy = _interval(run.energy_j, run.energy_low_j, run.energy_high_j, run.ci_level)

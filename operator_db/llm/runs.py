@@ -19,8 +19,9 @@ its host work runs with warm caches, which a real step's does not.)
 from __future__ import annotations
 
 import functools
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from torch import nn
 from operator_db.devices.base import Device
 from operator_db.llm.steps import generation_kwargs, text_config
 from operator_db.llm.timings import GenerateRun, GenerationTimes
+from operator_db.measure.engine import Target
 
 TIGHT = 0.02
 """Half-width (relative) of the median's interval at which runs stop: TTFT and total both."""
@@ -127,6 +129,94 @@ def one_run(
     )
 
 
+def prompt_ids(lm: nn.Module, batch: int, prompt: int, seed: int = 0) -> torch.Tensor:
+    """Return a random prompt of ``batch`` × ``prompt`` token ids on the model's device."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    vocab = int(text_config(lm).vocab_size)
+    where = next(lm.parameters()).device
+    return torch.randint(0, vocab, (batch, prompt), generator=generator).to(where)
+
+
+class GenerateAlongside:
+    """``generate()`` runs made inside the rounds of the step models' interleaved jobs.
+
+    A step model's job times the step and its operators in rounds, each target once a round in a
+    random order (``measure_interleaved``). :meth:`target` is one more target of those rounds: in
+    every ``every``-th round it makes one whole ``generate()`` run and keeps it, and in the
+    other rounds nothing. The runs are thus taken at the same moments as the steps they are
+    compared with: apart, a step's job and the runs drifted apart on a shared host (the same
+    prefill step 28.9 ms in its job, 22.0 ms inside ``generate()`` a minute later, 23.6 ms in
+    its job again after that). They join the rounds added until the step is tight as well: a
+    prefill whose 20 rounds ran at 50–62 ms and its 71 added ones at 55–87 ms was composed 12 %
+    above runs taken in the first 20 alone. The measurement's own timing of this target is
+    meaningless and dropped: its untimed call (before each block, and in the warm-up that sizes
+    the blocks) only arms the next call, and a block's further calls do nothing.
+
+    ``budget_s`` spreads the runs over the jobs: ``every`` is chosen from one run's time so
+    that ``rounds`` rounds of each of ``jobs`` jobs make at most about ``budget_s`` seconds of
+    runs (more where a job adds rounds until tight).
+    """
+
+    NAME = "generate() runs"
+    """The target's name in a job's rounds."""
+
+    def __init__(
+        self,
+        lm: nn.Module,
+        ids: torch.Tensor,
+        new_tokens: int,
+        device: Device,
+        *,
+        budget_s: float,
+        jobs: int,
+        rounds: int,
+        models: Collection[str] = (),
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.lm, self.ids, self.new_tokens, self.device, self.clock = (
+            lm,
+            ids,
+            new_tokens,
+            device,
+            clock,
+        )
+        self.models = frozenset(models)
+        """The step models whose jobs the runs join (:meth:`companions`)."""
+        self.runs: list[GenerateRun] = []
+        first = one_run(lm, ids, new_tokens, device, clock)  # warm-up, and a run's length
+        per_round_s = max(budget_s, 1e-9) / max(jobs * rounds, 1)
+        self.every = max(1, math.ceil(first.total_s / per_round_s))
+        self._armed = False
+        self._rounds = 0
+
+    def _arm(self) -> None:
+        self._armed = True
+
+    def _run(self) -> None:
+        if not self._armed:
+            return
+        self._armed = False
+        self._rounds += 1
+        if self._rounds % self.every == 0:
+            self.runs.append(one_run(self.lm, self.ids, self.new_tokens, self.device, self.clock))
+
+    def companions(self, model: str) -> list[Target]:
+        """Return the targets a job of ``model`` adds: :meth:`target` for the step models."""
+        return [self.target()] if model in self.models else []
+
+    def target(self) -> Target:
+        """Return the target a step model's interleaved job adds to its rounds."""
+        return Target(
+            self.NAME,
+            self._run,
+            energy=False,
+            graph="never",
+            tight=False,
+            joins_added_rounds=True,
+            untimed=self._arm,
+        )
+
+
 def time_generation(
     lm: nn.Module,
     batch: int,
@@ -151,10 +241,7 @@ def time_generation(
     Raises:
         MeasurementError: ``generate()`` handed out another number of tokens.
     """
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    vocab = int(text_config(lm).vocab_size)
-    where = next(lm.parameters()).device
-    ids = torch.randint(0, vocab, (batch, prompt), generator=generator).to(where)
+    ids = prompt_ids(lm, batch, prompt, seed)
     runs: list[GenerateRun] = []
     one_run(lm, ids, new_tokens, device, clock)  # warm-up
     started = time.perf_counter()

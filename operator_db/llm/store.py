@@ -14,8 +14,9 @@ from operator_db.db.llm_tables import GenerationRun, Llm
 from operator_db.devices.base import Device
 from operator_db.harvest.refs import load_model, parse_reference
 from operator_db.llm.harvest import LlmHarvest
-from operator_db.llm.runs import time_generation
+from operator_db.llm.runs import MIN_RUNS, GenerateAlongside, one_run, prompt_ids
 from operator_db.llm.timings import GenerationTimes
+from operator_db.measure.settings import MeasureSettings
 from operator_db.ops.admission import admit_spec
 from operator_db.ops.encoding import dtype_from_name
 from operator_db.specs.io import parse_spec
@@ -106,31 +107,64 @@ def run_row(llm: Llm, times: GenerationTimes, kind_id: int, host_id: int | None)
     )
 
 
-def time_llm(
-    session: Session,
+def generate_alongside(
     llm: Llm,
     device: Device,
-    points: Sequence[tuple[int, int, int]],
-    *,
-    budget_s: float = 60.0,
-) -> list[GenerationTimes]:
-    """Time ``generate()`` runs of the LLM at each (batch, prompt, new tokens) and store them.
+    point: tuple[int, int, int],
+    budget_s: float,
+    models: Sequence[str],
+    settings: MeasureSettings,
+) -> GenerateAlongside:
+    """Build the LLM on ``device`` for ``generate()`` runs inside its step models' jobs.
 
-    The device's kind and this host are registered as a worker registers them.
+    ``point`` is (batch, prompt, new tokens); about ``budget_s`` seconds of runs are spread over
+    the ``settings.blocks`` rounds of the jobs of ``models`` (the point's step models).
 
     Raises:
         MeasurementError: ``generate()`` cannot be timed (a custom generation loop).
         HarvestError: the LLM cannot be built.
     """
+    batch, prompt, new_tokens = point
+    device.activate()
+    lm = load_llm(llm, device.torch_device())
+    return GenerateAlongside(
+        lm,
+        prompt_ids(lm, batch, prompt),
+        new_tokens,
+        device,
+        budget_s=budget_s,
+        jobs=len(models),
+        rounds=settings.blocks,
+        models=models,
+    )
+
+
+def store_alongside(
+    session: Session, llm: Llm, device: Device, alongside: GenerateAlongside
+) -> GenerationTimes:
+    """Store the runs made alongside the step models' jobs as the LLM's ``generate()`` runs.
+
+    Runs follow, back to back, until there are :data:`MIN_RUNS` (a budget too small for the
+    rounds, or jobs that failed). The device's kind and this host are registered as a worker
+    registers them.
+    """
     ident = device.identity()
     kind = queries.get_or_create_device_kind(session, ident.name, ident.device_type)
     kind.memory_bytes = kind.memory_bytes or ident.memory_bytes
     host = queries.get_or_create_host(session, socket.gethostname(), ident.device_id, kind.id)
-    device.activate()
-    lm = load_llm(llm, device.torch_device())
-    found = []
-    for batch, prompt, new_tokens in points:
-        times = time_generation(lm, batch, prompt, new_tokens, device, budget_s=budget_s)
-        queries.add_generation_run(session, run_row(llm, times, kind.id, host.id))
-        found.append(times)
-    return found
+    while len(alongside.runs) < MIN_RUNS:
+        alongside.runs.append(
+            one_run(alongside.lm, alongside.ids, alongside.new_tokens, device, alongside.clock)
+        )
+    batch, prompt = alongside.ids.shape
+    reason = device.energy_unavailable_reason()
+    times = GenerationTimes(
+        int(batch),
+        int(prompt),
+        alongside.new_tokens,
+        list(alongside.runs),
+        energy_source=device.energy_scope() if reason is None else None,
+        energy_unavailable=reason,
+    )
+    queries.add_generation_run(session, run_row(llm, times, kind.id, host.id))
+    return times

@@ -98,6 +98,15 @@ class GenerationTimes:
         return median_interval(values) if values else None
 
     @property
+    def steps_s(self) -> list[float]:
+        """Each decode step's median over the runs, s (the steps every run has; TPOT per step)."""
+        steps = [r.steps_s for r in self.runs]
+        return [
+            median_interval([s[i] for s in steps]).value
+            for i in range(min((len(s) for s in steps), default=0))
+        ]
+
+    @property
     def tail(self) -> Interval:
         """Median time from the last token to the return with its interval, s."""
         return median_interval([r.tail_s for r in self.runs])

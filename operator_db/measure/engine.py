@@ -228,12 +228,12 @@ class Target:
     graph would not replay)."""
     tight: bool = True
     """Measure it until tight after the rounds (``tight_ratio``); False: its rounds only (an
-    operator whose looped-alone time no estimate of the job composes, where a replay times it
-    in context)."""
+    operator a replay times in context), or those added too with ``joins_added_rounds``."""
+    joins_added_rounds: bool = False
+    """With ``tight`` False: in the added rounds too, unjudged (``generate()`` runs, llm/runs)."""
     untimed: Call | None = None
-    """Called where a call is not timed (the warm-up, the call before each block) in place of
-    ``run``: a replay's pass that records nothing, so that its figures hold only the passes its
-    blocks time; None: ``run``."""
+    """Called in place of ``run`` where a call is not timed (warm-up, the call before each block):
+    a replay's pass that records nothing, so its figures hold only timed passes; None: ``run``."""
 
     @property
     def warm(self) -> Call:
@@ -286,8 +286,7 @@ def measure_interleaved(
         rng.shuffle(order)
         for i in order:
             # One untimed call first: the last target left its own caches, branch predictors and
-            # allocator state behind, which would otherwise weigh on blocks of few calls (a
-            # model's) more than on blocks of many (a small op's).
+            # allocator state behind, which would weigh on blocks of few calls (a model's) most.
             targets[i].warm()
             blocks[i].append(timer.block(targets[i].run, calls[i]))
     extra, spent = _until_tight(targets, calls, blocks, timer, settings, rng, clock)
@@ -349,11 +348,12 @@ def _until_tight(
     extra, spent = 0, 0.0
     if settings.tight_ratio <= 0:
         return extra, spent
-    measured = [i for i in range(len(targets)) if targets[i].tight]
+    measured = [i for i, t in enumerate(targets) if t.tight]
+    joining = [i for i, t in enumerate(targets) if t.tight or t.joins_added_rounds]
     while spent < settings.tight_budget_s and settings.blocks + extra < settings.max_blocks:
         if all(is_tight(timing_of("eager", calls[i], blocks[i]), settings) for i in measured):
             break
-        order = list(measured)
+        order = list(joining)
         rng.shuffle(order)
         start = clock()
         for i in order:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -269,18 +269,26 @@ def _model_rows(
     return rows
 
 
+Companions = Callable[[str], Sequence[Target]]
+"""A model's name → more targets for its interleaved job's rounds, which keep what they measure
+themselves (``llm.runs.GenerateAlongside``: ``generate()`` runs beside a step model's job)."""
+
+
 def execute_job(
     store: Store,
     job: JobInfo,
     device: Device,
     settings: MeasureSettings,
     idle_power_w: float | None,
+    *,
+    companions: Companions | None = None,
 ) -> list[Measurement | FullModelRun]:
     """Measure the job's configuration (eager, and graph where timed) or its whole model.
 
     An interleaved model job measures the model and every measurable configuration of it together
     (:func:`measure_interleaved`); a configuration that cannot be rebuilt is left out (its own
-    operator job will say why) and named in the model run's provenance.
+    operator job will say why) and named in the model run's provenance. ``companions`` add
+    targets to an interleaved job's rounds (their results are not stored: they keep their own).
 
     The target is read in a short read-only transaction; nothing is locked while measuring.
 
@@ -307,7 +315,7 @@ def execute_job(
             )
         return [*_config_rows(job, config_id, dtype, result)]
     if job.interleaved:
-        return _execute_interleaved(store, job, device, settings, idle_power_w)
+        return _execute_interleaved(store, job, device, settings, idle_power_w, companions)
     with store.transaction(read_only=True) as session:
         model = _job_model(session, job)
         model_id, model_dtype, model_mode = model.id, model.dtype, model.mode
@@ -333,10 +341,16 @@ def _execute_interleaved(
     device: Device,
     settings: MeasureSettings,
     idle_power_w: float | None,
+    companions: Companions | None = None,
 ) -> list[Measurement | FullModelRun]:
     with store.transaction(read_only=True) as session:
         model = _job_model(session, job)
-        model_id, model_dtype, model_mode = model.id, model.dtype, model.mode
+        model_id, model_dtype, model_mode, model_name = (
+            model.id,
+            model.dtype,
+            model.mode,
+            model.name,
+        )
         model_run = _prepare_model(session, model, device, settings)
         every = queries.model_configs(session, model_id)
         positions = {mc.position: mc.config.key for mc in every}
@@ -387,6 +401,8 @@ def _execute_interleaved(
         targets.append(Target(_HOLLOW, model_run.hollow, energy=False, graph="never"))
     if replay is not None:
         targets.append(Target(_REPLAY, replay, energy=False, graph="never", untimed=replay.untimed))
+    if companions is not None:
+        targets += companions(model_name)
     with _grad_mode(model_mode):
         measured = measure_interleaved(targets, device, settings, idle_power=idle_power_w)
     results = {r.target: r for r in measured}

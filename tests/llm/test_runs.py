@@ -8,7 +8,9 @@ import torch
 from operator_db.devices.fake import FakeDevice
 from operator_db.errors import MeasurementError
 from operator_db.harvest.refs import load_model, parse_reference
-from operator_db.llm.runs import one_run, time_generation
+from operator_db.llm.runs import GenerateAlongside, one_run, prompt_ids, time_generation
+from operator_db.measure.engine import Target, measure_interleaved
+from operator_db.measure.settings import fast_settings
 from tests.llm.common import LLAMA, LLAMA_SMALL
 
 
@@ -52,3 +54,28 @@ def test_a_loop_that_hands_out_other_tokens_cannot_be_timed(lm: torch.nn.Module)
     lm.generate = short  # type: ignore[method-assign]
     with FakeDevice() as device, pytest.raises(MeasurementError, match="handed out 0 tokens"):
         one_run(lm, torch.zeros(1, 8, dtype=torch.long), 4, device)
+
+
+def test_runs_alongside_are_made_inside_a_jobs_rounds(lm: torch.nn.Module) -> None:
+    """One ``generate()`` run every ``every``-th round of an interleaved measurement, nothing
+    in the other rounds, the warm-up or a block's further calls; the rounds added until tight
+    too."""
+    settings = fast_settings(blocks=6, tight_ratio=0.0)
+    with FakeDevice() as device:
+        every_round = GenerateAlongside(
+            lm, prompt_ids(lm, 1, 8), 3, device, budget_s=1e6, jobs=1, rounds=6, models=["s"]
+        )
+        assert every_round.every == 1
+        assert every_round.companions("other") == []
+        (target,) = every_round.companions("s")
+        ticks: list[int] = []
+        measure_interleaved([Target("step", lambda: ticks.append(1)), target], device, settings)
+        assert len(every_round.runs) == settings.blocks
+        assert all(len(r.steps_s) == 2 for r in every_round.runs)
+
+        sparse = GenerateAlongside(
+            lm, prompt_ids(lm, 1, 8), 3, device, budget_s=1e-9, jobs=1, rounds=6, models=["s"]
+        )
+        assert sparse.every > settings.blocks  # a budget too small for one run
+        measure_interleaved([sparse.target()], device, settings)
+        assert sparse.runs == []

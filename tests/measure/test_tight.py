@@ -98,3 +98,44 @@ def test_added_rounds_keep_every_tight_target_in_step() -> None:
         itertools.count(0, 1_000_000).__next__,
     )
     assert extra > 0 and len(blocks[0]) == len(blocks[1]) == 20 + extra
+
+
+def test_a_target_that_joins_added_rounds_runs_in_them_unjudged() -> None:
+    """``joins_added_rounds``: in every added round, yet its own loose timing adds none."""
+    settings = fast_settings(tight_ratio=0.01, tight_budget_s=0.2, max_blocks=60)
+    rng = random.Random(2)
+    timer = Blocks(iter(lambda: 1e-3 * rng.choice([1.0, 1.3]), None))
+    calls: list[str] = []
+    targets = [
+        Target("model", lambda: calls.append("model")),
+        Target("beside", lambda: calls.append("beside"), tight=False, joins_added_rounds=True),
+        Target("op", lambda: calls.append("op"), tight=False),
+    ]
+    loose = [(1e-3, None), (1.3e-3, None)] * 10
+    blocks: list[list[tuple[float, float | None]]] = [list(loose), list(loose), list(loose)]
+    extra, _ = _until_tight(
+        targets,
+        [1, 1, 1],
+        blocks,
+        timer,  # type: ignore[arg-type]
+        settings,
+        random.Random(0),
+        itertools.count(0, 1_000_000).__next__,
+    )
+    assert extra > 0
+    assert len(blocks[0]) == len(blocks[1]) == 20 + extra and len(blocks[2]) == 20
+    # (this timer does not call; each added round calls every joining target once, untimed)
+    assert calls.count("beside") == calls.count("model") == extra and "op" not in calls
+
+    tight_model = [(1e-3, None)] * 20  # the model tight: a loose joiner adds no round
+    blocks = [list(tight_model), list(loose), list(loose)]
+    extra, _ = _until_tight(
+        targets,
+        [1, 1, 1],
+        blocks,
+        timer,  # type: ignore[arg-type]
+        settings,
+        random.Random(0),
+        itertools.count(0, 1_000_000).__next__,
+    )
+    assert extra == 0
