@@ -90,10 +90,8 @@ def _state_on(
     model: nn.Module, device: torch.device, dtype: torch.dtype | None
 ) -> dict[str, torch.Tensor] | None:
     """Return the parameters and buffers to run with on ``device``; None if the model's own fit."""
-    tensors = [
-        *model.named_parameters(remove_duplicate=False),
-        *model.named_buffers(remove_duplicate=False),
-    ]
+    # One name per tensor: functional_call ties the other names of a shared one (tied embeddings).
+    tensors = [*model.named_parameters(), *model.named_buffers()]
     if all(
         t.device == device and (dtype is None or not t.is_floating_point() or t.dtype == dtype)
         for _, t in tensors

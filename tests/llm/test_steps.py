@@ -104,3 +104,20 @@ def test_a_model_that_is_not_a_causal_lm_is_refused_in_one_line() -> None:
 def test_a_generation_loop_that_cannot_be_captured_is_one_line() -> None:
     with pytest.raises(HarvestError, match=r"^generate\(\) of OwnLoop passes no cache"):
         harvest_llm("module:tests.llm.custom_lm:own_loop", prompts=[8], new_tokens=2)
+
+
+def test_tied_embeddings_harvest_in_half_precision() -> None:
+    # Llama-3.2-1B ties its LM head to its embeddings: one tensor under two names, which
+    # functional_call refused when given both ("multiple values for keys ... which are tied").
+    tied = {**LLAMA_SMALL, "tie_word_embeddings": True}
+    found = harvest_llm(
+        LLAMA, tied, batches=[1], prompts=[8], new_tokens=2, points=1, dtype=torch.bfloat16
+    )
+    untied = harvest_llm(LLAMA, LLAMA_SMALL, batches=[1], prompts=[8], new_tokens=2, points=1)
+    assert untied.params - found.params == 256 * 64  # the head's weight counted once
+    head = [
+        op
+        for op in found.steps[0].result.spec.operators
+        if op.op == "torch.nn.Linear" and op.outputs[0].shape[-1] == 256
+    ]
+    assert [op.inputs[0].dtype for op in head] == ["bfloat16"]
