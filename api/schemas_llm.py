@@ -62,7 +62,8 @@ class MeasuredOut(BaseModel):
     ttft_s: IntervalOut
     tpot_s: IntervalOut | None
     total_s: IntervalOut
-    energy_j: IntervalOut | None
+    energy_j: IntervalOut | None = Field(description="A whole run's energy, J, where measured.")
+    joules_per_token: float | None = Field(description="energy_j / (batch × new tokens).")
     runs: int
     tokens_per_s: float
     steps_s: list[float] = Field(
@@ -106,12 +107,18 @@ class GenerationOut(BaseModel):
     tpot_s: IntervalOut | None = Field(description="(total − TTFT) / (new tokens − 1).")
     total_s: IntervalOut | None
     tokens_per_s: float | None
-    energy_j: IntervalOut | None = Field(description="The forwards' energy, where measured.")
+    energy_j: IntervalOut | None = Field(
+        description="The whole generation's energy, where measured: the forwards', plus idle "
+        "power × generate()'s time between them where that power is known."
+    )
+    energy_between_j: IntervalOut | None = Field(
+        description="Of energy_j: idle power × generate()'s time between forwards."
+    )
     joules_per_token: IntervalOut | None
     tpot_by_context: list[ContextPointOut]
     between_steps: BetweenOut | None
     measured: MeasuredOut | None
-    errors: dict[str, ErrorOut] = Field(description="Per figure: ttft, tpot, total.")
+    errors: dict[str, ErrorOut] = Field(description="Per figure: ttft, tpot, total, energy.")
     roofline: DecodeRooflineOut
     kv_bytes_per_token: int
     weight_bytes: int

@@ -26,8 +26,8 @@ NewTokensOption = Annotated[int, typer.Option("--new-tokens", "-n", help="Tokens
 BudgetOption = Annotated[
     float,
     typer.Option(
-        help="About this many seconds of generate() runs per (batch, prompt, new tokens), "
-        "spread over its step models' rounds (five runs at least)."
+        help="At most this many seconds of generate() runs per (batch, prompt, new tokens), "
+        "spread over its step models' rounds, those added until tight too (five runs at least)."
     ),
 ]
 TightOption = Annotated[
@@ -250,7 +250,7 @@ def print_table(estimates: list[GenerationEstimate]) -> None:
     table = Table(
         "batch", "prompt", "new", "TTFT est ms", "TTFT run ms", "err", "TPOT est ms",
         "TPOT run ms", "err", "total est ms", "total run ms", "err", "tokens/s", "J/token",
-        "TPOT bound ms",
+        "J/token run", "err", "TPOT bound ms",
         title=estimates[0].llm + " on " + estimates[0].device_kind if estimates else None,
     )  # fmt: skip
     for e in estimates:
@@ -266,6 +266,10 @@ def print_table(estimates: list[GenerationEstimate]) -> None:
             _pct(errors.get("total")),
             f"{e.tokens_per_s:,.0f}" if e.tokens_per_s else "–",
             f"{joules.value:.3g}" if joules else "–",
+            f"{ref.energy.value / (e.batch * e.new_tokens):.3g}"
+            if ref is not None and ref.energy is not None
+            else "–",
+            _pct(errors.get("energy")),
             f"{e.bound_tpot_s * 1e3:.3f} ({share:.0%})" if e.bound_tpot_s and share else "–",
         )  # fmt: skip
     console.print(table)

@@ -252,7 +252,7 @@ def estimate_model(
         total, static = with_static_power(
             energy_total, sum_if_all_known(dynamic), idle_w, est.total_time_s
         )
-        est = replace(est, energy_j=total, static_energy_j=static)
+        est = replace(est, energy_j=total, static_energy_j=static, idle_power_w=idle_w)
         est.notes += static_note(total, static, idle_w, est.total_time_s)
     if predicted is None:
         return est

@@ -95,6 +95,9 @@ class Estimate:
     """The static part of ``energy_j`` (total energy): the device's idle power × the estimated
     time of the model, in J (host-bound stretches included); None where it is Σ count × total
     energy per call (no idle power known, or dynamic energy asked)."""
+    idle_power_w: float | None = None
+    """The device's idle power at the measured run (its worker's baseline), W; None where not
+    known."""
     host_cpu: str | None = None
     """GPU: the CPU of the host whose model run gave the host stage (``hosts.info``); the same
     GPU's host stage moves with the host's CPU. None where unknown or on a CPU."""

@@ -45,6 +45,8 @@ class StepFigure:
     energy: Interval | None = None
     """Per call, J; None where not measured."""
     model: str = ""
+    idle_power_w: float | None = None
+    """The device's idle power at the step's measured run, W; None where not known."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,11 @@ class GenerationEstimate:
     tpot: Interval | None
     """The mean decode step: (total − TTFT) / (new tokens − 1), s."""
     energy: Interval | None = None
-    """The forwards' energy of the whole generation, J (``generate()``'s host work not in it)."""
+    """The whole generation's energy, J: the forwards' energy, plus the device's idle power ×
+    ``generate()``'s time between them where that power is known (``energy_between``)."""
+    energy_between: Interval | None = None
+    """Of ``energy``: idle power × ``generate()``'s time between forwards, J; None where not
+    added (no idle power, or no time between forwards measured)."""
     between: Between | None = None
     reference: Reference | None = None
     bound_tpot_s: float | None = None
@@ -151,6 +157,7 @@ class GenerationEstimate:
             return found
         pairs = {"ttft": (self.ttft, ref.ttft), "tpot": (self.tpot, ref.tpot)}
         pairs["total"] = (self.total, ref.total)
+        pairs["energy"] = (self.energy, ref.energy)
         for name, (mine, theirs) in pairs.items():
             if mine is not None and theirs is not None and mine.value > 0 and theirs.value > 0:
                 found[name] = error_interval(mine, theirs)
@@ -178,6 +185,7 @@ class GenerationEstimate:
             "total_s": iv(self.total),
             "tokens_per_s": self.tokens_per_s,
             "energy_j": iv(self.energy),
+            "energy_between_j": iv(self.energy_between),
             "joules_per_token": iv(self.joules_per_token),
             "tpot_by_context": [
                 {"context": p.context, "time_s": p.time.as_dict(), "how": p.how}
@@ -198,6 +206,9 @@ class GenerationEstimate:
                 "tpot_s": iv(ref.tpot),
                 "total_s": ref.total.as_dict(),
                 "energy_j": iv(ref.energy),
+                "joules_per_token": None
+                if ref.energy is None
+                else ref.energy.value / (self.batch * self.new_tokens),
                 "runs": ref.runs,
                 "tokens_per_s": self.batch * self.new_tokens / ref.total.value,
                 "steps_s": list(ref.steps_s),
@@ -324,6 +335,7 @@ def compose_generation(
         kv_bytes_per_token=kv_bytes_per_token, bandwidth_bytes_per_s=bandwidth_bytes_per_s,
         notes=notes,
     )  # fmt: skip
+    measured_between = between is not None
     if between is None:
         notes.append(
             "generate()'s time between forwards is not measured on this kind (no generate() "
@@ -375,6 +387,8 @@ def compose_generation(
             )
         estimate.total = sum_interval(parts)
     _energy(estimate, prefills, decode_energy, weights_of_prompt=prompt)
+    if estimate.energy is not None and measured_between:
+        _energy_between(estimate, [*prefills, *decodes], between)
     if bandwidth_bytes_per_s and bandwidth_bytes_per_s > 0 and new_tokens > 1:
         contexts = range(prompt, prompt + new_tokens - 1)
         bounds = [
@@ -406,6 +420,33 @@ def _energy(
     prefill = _combine([s.energy for s in known if s.energy is not None], weights)
     parts = [prefill] if decode_energy is None else [prefill, decode_energy]
     estimate.energy = sum_interval(parts)
+
+
+def _energy_between(
+    estimate: GenerationEstimate, used: Sequence[StepFigure], between: Between
+) -> None:
+    """Add the device's idle power × ``generate()``'s time between forwards to the energy.
+
+    Between forwards the device waits for the host (sampling, the stopping check), drawing its
+    idle power, as a model's estimate counts it between kernels (``estimate/energy.py``); the
+    power is the median of the steps' runs' idle baselines. A CPU's host work draws more than
+    idle: there this part is a lower bound.
+    """
+    powers = sorted(p for s in used if (p := s.idle_power_w) is not None and p >= 0)
+    if not powers or len(powers) != len(used):
+        estimate.notes.append("no idle power known: the energy is the forwards' alone")
+        return
+    idle_w = powers[len(powers) // 2]
+    n = estimate.new_tokens
+    time = sum_interval([between.ttft, between.step.scaled(n - 1), between.tail])
+    added = time.scaled(idle_w)
+    if estimate.energy is not None:
+        estimate.energy = sum_interval([estimate.energy, added])
+        estimate.energy_between = added
+        estimate.notes.append(
+            f"energy: the forwards' plus {added.value:.4g} J between them (idle power "
+            f"{idle_w:.4g} W × generate()'s {time.value * 1e3:.4g} ms around the forwards)"
+        )
 
 
 def fit_in_memory(

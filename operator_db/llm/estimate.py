@@ -57,7 +57,10 @@ def step_figures(
             time, energy = estimate.time_interval, estimate.energy_interval
         if time is None or time.value <= 0:
             continue
-        found.append(StepFigure(step.phase, step.batch, step.tokens, time, energy, step.model_name))
+        idle_w = estimate.idle_power_w
+        found.append(
+            StepFigure(step.phase, step.batch, step.tokens, time, energy, step.model_name, idle_w)
+        )
     return found
 
 

@@ -117,8 +117,9 @@ def generate_alongside(
 ) -> GenerateAlongside:
     """Build the LLM on ``device`` for ``generate()`` runs inside its step models' jobs.
 
-    ``point`` is (batch, prompt, new tokens); about ``budget_s`` seconds of runs are spread over
-    the ``settings.blocks`` rounds of the jobs of ``models`` (the point's step models).
+    ``point`` is (batch, prompt, new tokens); at most ``budget_s`` seconds of runs are spread
+    over the rounds of the jobs of ``models`` (the point's step models): half over their
+    ``settings.blocks`` rounds, the rest over those added until tight.
 
     Raises:
         MeasurementError: ``generate()`` cannot be timed (a custom generation loop).

@@ -46,6 +46,8 @@ LLM_COLUMNS = [
     "error_verdicts",
     "tokens_per_s",
     "joules_per_token",
+    "joules_per_token_run",
+    "energy_error",
     "bound_share",
 ]
 LLM_DISPLAY: Columns = [
@@ -64,6 +66,8 @@ LLM_DISPLAY: Columns = [
     ("error_verdicts", "TTFT / TPOT / total", text),
     ("tokens_per_s", "tokens/s", num(1, 4)),
     ("joules_per_token", "J/token", num(1, 3)),
+    ("joules_per_token_run", "J/token run", num(1, 3)),
+    ("energy_error", "energy error", fixed(1, " %")),
     ("bound_share", "of the decode bound", percent),
 ]
 
@@ -78,7 +82,11 @@ def _row(e: GenerationEstimate) -> dict[str, Any]:
         "≈" if noise_verdict(errors[k]) == "within noise" else "≠" if k in errors else "–"
         for k in ("ttft", "tpot", "total")
     ]
-    pct = {k: errors[k].value * 100 if k in errors else None for k in ("ttft", "tpot", "total")}
+    pct = {
+        k: errors[k].value * 100 if k in errors else None
+        for k in ("ttft", "tpot", "total", "energy")
+    }
+    tokens = e.batch * e.new_tokens
     return {
         "llm": e.llm,
         "device_kind": e.device_kind,
@@ -95,6 +103,10 @@ def _row(e: GenerationEstimate) -> dict[str, Any]:
         "error_verdicts": " / ".join(verdicts),
         "tokens_per_s": e.tokens_per_s,
         "joules_per_token": _value(e.joules_per_token),
+        "joules_per_token_run": None
+        if ref is None or ref.energy is None
+        else ref.energy.value / tokens,
+        "energy_error": pct["energy"],
         "bound_share": e.bound_share,
     }
 

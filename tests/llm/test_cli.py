@@ -49,6 +49,10 @@ def test_harvest_measure_estimate(
             "beyond noise",
         )
     assert row["joules_per_token"]["value"] > 0  # the fake device reads energy
+    # ... around each generate() run too: the energy is compared, idle power added between forwards
+    assert row["measured"]["joules_per_token"] > 0
+    assert row["errors"]["energy"]["verdict"] in ("within noise", "beyond noise")
+    assert row["energy_between_j"]["value"] > 0
     assert [p["how"] for p in row["tpot_by_context"]] == ["measured", "interpolated", "measured"]
     table = run_cli(capsys, "llm", "estimate", "tiny", "--db", db_url)
     assert (

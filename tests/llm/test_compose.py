@@ -120,3 +120,28 @@ def test_energy_per_token_where_every_step_has_one() -> None:
     assert e.energy.value == pytest.approx(2.0 + decode)
     assert e.joules_per_token.value == pytest.approx(e.energy.value / 11)
     assert compose_generation("m", "gpu", 1, 100, 11, steps()).energy is None
+
+
+def test_energy_adds_idle_power_between_forwards_and_meets_the_runs() -> None:
+    with_energy = [
+        StepFigure(s.phase, s.batch, s.tokens, s.time, fig(s.time.value * 100), idle_power_w=50.0)
+        for s in steps()
+    ]
+    between = Between(fig(0.002), fig(0.0005), fig(0.001), (1, 100, 11))
+    forwards = compose_generation("m", "gpu", 1, 100, 11, with_energy).energy
+    assert forwards is not None  # no time between forwards measured: the forwards alone
+    ref = Reference(fig(0.024), fig(0.0015), fig(0.04), fig(2.6), runs=5)
+    e = compose_generation("m", "gpu", 1, 100, 11, with_energy, between=between, reference=ref)
+    # 50 W × (2 ms + 10 × 0.5 ms + 1 ms) between the forwards.
+    assert e.energy_between is not None and e.energy_between.value == pytest.approx(0.4)
+    assert e.energy is not None and e.energy.value == pytest.approx(forwards.value + 0.4)
+    assert e.joules_per_token is not None
+    assert e.joules_per_token.value == pytest.approx(e.energy.value / 11)
+    assert e.errors()["energy"].value == pytest.approx(e.energy.value / 2.6 - 1)
+    assert e.as_dict()["measured"]["joules_per_token"] == pytest.approx(2.6 / 11)
+    assert any("idle power 50 W" in n for n in e.notes)
+    # A step without its idle power: the forwards' energy alone, and said so.
+    unknown = [*with_energy[:3], StepFigure("decode", 1, 200, fig(0.0011), fig(0.11))]
+    alone = compose_generation("m", "gpu", 1, 100, 11, unknown, between=between)
+    assert alone.energy_between is None and alone.energy is not None
+    assert "no idle power known: the energy is the forwards' alone" in alone.notes

@@ -79,3 +79,25 @@ def test_runs_alongside_are_made_inside_a_jobs_rounds(lm: torch.nn.Module) -> No
         assert sparse.every > settings.blocks  # a budget too small for one run
         measure_interleaved([sparse.target()], device, settings)
         assert sparse.runs == []
+
+
+def test_runs_alongside_keep_to_their_budget_in_seconds(lm: torch.nn.Module) -> None:
+    """The runs stop at ``budget_s`` seconds however many rounds a job adds until tight, and
+    half the budget is left to the added rounds."""
+    ticks = iter(range(0, 10**15, 10**9))  # every reading of the clock one second later
+
+    def clock() -> int:
+        return next(ticks)
+
+    settings = fast_settings(blocks=4, tight_ratio=1e-12, tight_budget_s=0.3, max_blocks=400)
+    with FakeDevice() as device:
+        first = one_run(lm, prompt_ids(lm, 1, 8), 3, device, clock)
+        alongside = GenerateAlongside(
+            lm, prompt_ids(lm, 1, 8), 3, device, budget_s=8 * first.total_s, jobs=1, rounds=4,
+            models=["s"], clock=clock,
+        )  # fmt: skip
+        assert alongside.every == 1  # half the budget, 4 runs, over 4 rounds: one a round
+        steps = Target("step", lambda: None)
+        result = measure_interleaved([steps, alongside.target()], device, settings)
+    assert len(result[0].eager.block_s) > 8  # the job added rounds until its tight budget
+    assert len(alongside.runs) == 8 and alongside.spent_s == 8 * first.total_s
