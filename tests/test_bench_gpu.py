@@ -183,3 +183,32 @@ def test_the_gpu_tests_collect_with_the_gpu_host_set_alone(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " tests collected" in done.stdout or " selected" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_llm_device_call_dry_run(tmp_path: Path) -> None:
+    """``scripts/gpu-llm.sh --dry-run``: issue 44's GPU call on the fake device (a tied-head
+    Llama), every step run, its files flat in OUT, the estimate against the runs with energy."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPDB_")}
+    env["PYTHON"] = sys.executable
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu-llm.sh"), str(out), "--dry-run", "--budget-s", "240"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [
+            "session.log", "peaks.log", "harvest.log", "measure-b1.log", "measure-b8.log",
+            "estimate.txt", "estimate.json", "compare.txt", "llm-gpu.sqlite.gz",
+        ]
+    )  # fmt: skip
+    rows = json.loads((out / "estimate.json").read_text())
+    assert [(r["batch"], r["prompt"], r["new_tokens"]) for r in rows] == [(1, 16, 4), (8, 16, 4)]
+    assert all(r["errors"]["energy"]["verdict"] for r in rows)  # J/token against the runs
+    assert gzip.decompress((out / "llm-gpu.sqlite.gz").read_bytes())[:15] == b"SQLite format 3"
