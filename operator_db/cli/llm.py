@@ -266,9 +266,7 @@ def print_table(estimates: list[GenerationEstimate]) -> None:
             _pct(errors.get("total")),
             f"{e.tokens_per_s:,.0f}" if e.tokens_per_s else "–",
             f"{joules.value:.3g}" if joules else "–",
-            f"{ref.energy.value / (e.batch * e.new_tokens):.3g}"
-            if ref is not None and ref.energy is not None
-            else "–",
+            "–" if (run_joules := e.reference_joules_per_token) is None else f"{run_joules:.3g}",
             _pct(errors.get("energy")),
             f"{e.bound_tpot_s * 1e3:.3f} ({share:.0%})" if e.bound_tpot_s and share else "–",
         )  # fmt: skip

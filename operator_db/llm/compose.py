@@ -24,6 +24,7 @@ Pure Python: no torch, no database (``llm/estimate.py`` reads what this composes
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -143,6 +144,14 @@ class GenerationEstimate:
         return self.energy.scaled(1 / (self.batch * self.new_tokens))
 
     @property
+    def reference_joules_per_token(self) -> float | None:
+        """The measured runs' energy per generated token, J; None where not read."""
+        ref = self.reference
+        if ref is None or ref.energy is None:
+            return None
+        return ref.energy.value / (self.batch * self.new_tokens)
+
+    @property
     def bound_share(self) -> float | None:
         """The share of the decode roofline attained: bound TPOT / estimated TPOT (≤ 1)."""
         if self.bound_tpot_s is None or self.tpot is None or self.tpot.value <= 0:
@@ -206,9 +215,7 @@ class GenerationEstimate:
                 "tpot_s": iv(ref.tpot),
                 "total_s": ref.total.as_dict(),
                 "energy_j": iv(ref.energy),
-                "joules_per_token": None
-                if ref.energy is None
-                else ref.energy.value / (self.batch * self.new_tokens),
+                "joules_per_token": self.reference_joules_per_token,
                 "runs": ref.runs,
                 "tokens_per_s": self.batch * self.new_tokens / ref.total.value,
                 "steps_s": list(ref.steps_s),
@@ -387,7 +394,7 @@ def compose_generation(
             )
         estimate.total = sum_interval(parts)
     _energy(estimate, prefills, decode_energy, weights_of_prompt=prompt)
-    if estimate.energy is not None and measured_between:
+    if measured_between:
         _energy_between(estimate, [*prefills, *decodes], between)
     if bandwidth_bytes_per_s and bandwidth_bytes_per_s > 0 and new_tokens > 1:
         contexts = range(prompt, prompt + new_tokens - 1)
@@ -432,21 +439,22 @@ def _energy_between(
     power is the median of the steps' runs' idle baselines. A CPU's host work draws more than
     idle: there this part is a lower bound.
     """
-    powers = sorted(p for s in used if (p := s.idle_power_w) is not None and p >= 0)
+    if estimate.energy is None:
+        return
+    powers = [p for s in used if (p := s.idle_power_w) is not None and p >= 0]
     if not powers or len(powers) != len(used):
         estimate.notes.append("no idle power known: the energy is the forwards' alone")
         return
-    idle_w = powers[len(powers) // 2]
+    idle_w = statistics.median(powers)
     n = estimate.new_tokens
     time = sum_interval([between.ttft, between.step.scaled(n - 1), between.tail])
     added = time.scaled(idle_w)
-    if estimate.energy is not None:
-        estimate.energy = sum_interval([estimate.energy, added])
-        estimate.energy_between = added
-        estimate.notes.append(
-            f"energy: the forwards' plus {added.value:.4g} J between them (idle power "
-            f"{idle_w:.4g} W × generate()'s {time.value * 1e3:.4g} ms around the forwards)"
-        )
+    estimate.energy = sum_interval([estimate.energy, added])
+    estimate.energy_between = added
+    estimate.notes.append(
+        f"energy: the forwards' plus {added.value:.4g} J between them (idle power "
+        f"{idle_w:.4g} W × generate()'s {time.value * 1e3:.4g} ms around the forwards)"
+    )
 
 
 def fit_in_memory(

@@ -86,7 +86,6 @@ def _row(e: GenerationEstimate) -> dict[str, Any]:
         k: errors[k].value * 100 if k in errors else None
         for k in ("ttft", "tpot", "total", "energy")
     }
-    tokens = e.batch * e.new_tokens
     return {
         "llm": e.llm,
         "device_kind": e.device_kind,
@@ -103,9 +102,7 @@ def _row(e: GenerationEstimate) -> dict[str, Any]:
         "error_verdicts": " / ".join(verdicts),
         "tokens_per_s": e.tokens_per_s,
         "joules_per_token": _value(e.joules_per_token),
-        "joules_per_token_run": None
-        if ref is None or ref.energy is None
-        else ref.energy.value / tokens,
+        "joules_per_token_run": e.reference_joules_per_token,
         "energy_error": pct["energy"],
         "bound_share": e.bound_share,
     }
