@@ -22,7 +22,6 @@
 # Exit code: 0 every step ran and passed, 1 a step failed or timed out, 2 bad usage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root="$PWD"
 start=$SECONDS
 PYTHON="${PYTHON:-python3}"
 positional=() budget=540 dry=0
@@ -47,11 +46,10 @@ trap 'rm -rf "$work"' EXIT
 log() { echo "[gpu-llm $((SECONDS - start)) s] $*" | tee -a "$out/session.log" >&2; }
 left() { echo $((budget - (SECONDS - start))); }
 
-if [ -n "$wheels" ]; then
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile \
-    --no-cache-dir --upgrade --target "$work/site" "$wheels"/*.whl || { log "wheels failed"; exit 1; }
-fi
-export PYTHONPATH="${wheels:+$work/site:}$root" PYTHONUNBUFFERED=1 COLUMNS=240
+# shellcheck source=scripts/gpu-site.sh
+source scripts/gpu-site.sh
+gpu_site gpu-llm.sh "$wheels" "$work"  # sets site, PYTHONPATH; the same torch
+export PYTHONUNBUFFERED=1 COLUMNS=240
 db="sqlite:///$work/llm-gpu.sqlite"
 opdb=("$PYTHON" -m operator_db)
 if [ "$dry" = 1 ]; then

@@ -18,7 +18,6 @@
 # Exit code: 0 all passed; 1 a check, a test, the doctor or a target failed; 2 no usable GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="$PWD"
 start=$SECONDS
 PYTHON="${PYTHON:-python3}"
 positional=() dry=() budget=540 bench=()
@@ -41,24 +40,11 @@ mkdir -p "$out"
 out="$(realpath "$out")"
 say() { echo "[gpu-validate $((SECONDS - start)) s] $*" >&2; }
 
-torch_of() { "$PYTHON" -c 'import torch; print(torch.__version__, torch.__file__)'; }
-before="$(PYTHONPATH= torch_of)" || { echo "gpu-validate.sh: $PYTHON has no torch" >&2; exit 2; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-site=""
-if [ -n "$wheels" ]; then
-  site="$work/site"
-  say "installing $(ls "$wheels"/*.whl | wc -l) wheels from $wheels into $site (--no-deps)"
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --no-compile \
-    --no-cache-dir --upgrade --target "$site" "$wheels"/*.whl
-fi
-export PYTHONPATH="${site:+$site:}$root"
-after="$(torch_of)"
-if [ "$before" != "$after" ]; then
-  echo "gpu-validate.sh: torch changed: $before -> $after" >&2
-  exit 1
-fi
-say "torch ${after%% *} untouched"
+# shellcheck source=scripts/gpu-site.sh
+source scripts/gpu-site.sh
+gpu_site gpu-validate.sh "$wheels" "$work"  # sets site, PYTHONPATH; the same torch
 
 "$PYTHON" scripts/lockfile.py versions requirements/gpu-host.txt ${site:+--kit "$site"} \
   > "$out/versions.txt"
