@@ -75,6 +75,21 @@ class Reference:
     runs: int
     steps_s: list[float] = field(default_factory=list)
     """The median time of each decode step over the runs, s, in order."""
+    ttft_runs: int = 0
+    """Of ``runs``, those ``ttft`` is the median of (made in the prefill's job); 0: all."""
+    tpot_runs: int = 0
+    """Of ``runs``, those ``tpot`` and ``steps_s`` are of (made in the decode jobs); 0: all."""
+
+    def describe(self) -> str | None:
+        """Say which runs the TTFT and TPOT are of, where not all; None where all."""
+        parts = []
+        if 0 < self.ttft_runs < self.runs:
+            parts.append(f"TTFT against the {self.ttft_runs} made in the prefill's job")
+        if 0 < self.tpot_runs < self.runs:
+            parts.append(f"TPOT against the {self.tpot_runs} made in the decode steps' jobs")
+        if not parts:
+            return None
+        return f"of the {self.runs} generate() runs, " + "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -217,6 +232,8 @@ class GenerationEstimate:
                 "energy_j": iv(ref.energy),
                 "joules_per_token": self.reference_joules_per_token,
                 "runs": ref.runs,
+                "ttft_runs": ref.ttft_runs or ref.runs,
+                "tpot_runs": ref.tpot_runs or ref.runs,
                 "tokens_per_s": self.batch * self.new_tokens / ref.total.value,
                 "steps_s": list(ref.steps_s),
             },
@@ -343,6 +360,8 @@ def compose_generation(
         notes=notes,
     )  # fmt: skip
     measured_between = between is not None
+    if reference is not None and (said := reference.describe()) is not None:
+        notes.append(said)
     if between is None:
         notes.append(
             "generate()'s time between forwards is not measured on this kind (no generate() "

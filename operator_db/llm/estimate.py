@@ -7,7 +7,7 @@ torch: ``opdb llm estimate`` and the API run without it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -68,23 +68,41 @@ def _interval(value: float, low: float, high: float, level: float) -> Interval:
     return Interval(value, low, high, level, "median of runs")
 
 
-def reference_of(run: GenerationRun) -> Reference:
-    """Return a stored set of ``generate()`` runs as the reference figures."""
+def reference_of(run: GenerationRun, phases: Mapping[str, str] | None = None) -> Reference:
+    """Return a stored set of ``generate()`` runs as the reference figures.
+
+    ``phases`` maps step models to their phase ("prefill", "decode"). Each figure is compared
+    with the runs made in the jobs of the steps it is composed of, where at least
+    :data:`MIN_RUNS` runs were made there: the TTFT with those in the prefill's job, the TPOT and
+    each decode step with those in the decode steps' jobs; the total and the energy with all.
+    A prefill runs at the speed of the work around it: GPT-2's at batch 8, prompt 512, took
+    381–464 ms inside ``generate()`` during its own job (411 ms in a fresh process), 259–306 ms
+    during the decode steps' jobs that followed (docs/llm.md).
+    """
     runs = [GenerateRun(**r) for r in (run.raw or {}).get("runs") or []]
-    medians = GenerationTimes(run.batch, run.prompt, run.new_tokens, runs).steps_s
+    times = GenerationTimes(run.batch, run.prompt, run.new_tokens, runs)
+    jobs = phases or {}
+    prefill = times.made_in({m for m, p in jobs.items() if p == "prefill"})
+    decode = times.made_in({m for m, p in jobs.items() if p == "decode"}) or times
     energy = None
     if run.energy_j is not None and run.energy_low_j is not None and run.energy_high_j is not None:
         energy = _interval(run.energy_j, run.energy_low_j, run.energy_high_j, run.ci_level)
     tpot = None
-    if run.tpot_s is not None and run.tpot_low_s is not None and run.tpot_high_s is not None:
+    if decode is not times:
+        tpot = decode.tpot
+    elif run.tpot_s is not None and run.tpot_low_s is not None and run.tpot_high_s is not None:
         tpot = _interval(run.tpot_s, run.tpot_low_s, run.tpot_high_s, run.ci_level)
     return Reference(
-        ttft=_interval(run.ttft_s, run.ttft_low_s, run.ttft_high_s, run.ci_level),
+        ttft=prefill.ttft
+        if prefill is not None
+        else _interval(run.ttft_s, run.ttft_low_s, run.ttft_high_s, run.ci_level),
         tpot=tpot,
         total=_interval(run.total_s, run.total_low_s, run.total_high_s, run.ci_level),
         energy=energy,
         runs=run.runs,
-        steps_s=medians,
+        steps_s=decode.steps_s,
+        ttft_runs=len(prefill.runs) if prefill is not None else run.runs,
+        tpot_runs=len(decode.runs) if decode is not times else run.runs,
     )
 
 
@@ -221,7 +239,7 @@ def estimate_generation(
         new_tokens,
         figures,
         between=_nearest_between(pair.runs, batch, prompt, new_tokens),
-        reference=reference_of(at[0]) if at else None,
+        reference=reference_of(at[0], {s.model: s.phase for s in figures}) if at else None,
         weight_bytes=llm.weight_bytes,
         kv_bytes_per_token=llm.kv_bytes_per_token,
         bandwidth_bytes_per_s=pair.bandwidth_bytes_per_s,

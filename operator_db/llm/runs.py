@@ -29,13 +29,11 @@ from torch import nn
 
 from operator_db.devices.base import Device
 from operator_db.llm.steps import generation_kwargs, text_config
-from operator_db.llm.timings import GenerateRun, GenerationTimes
+from operator_db.llm.timings import MIN_RUNS, GenerateRun, GenerationTimes
 from operator_db.measure.engine import Target
 
 TIGHT = 0.02
 """Half-width (relative) of the median's interval at which runs stop: TTFT and total both."""
-MIN_RUNS = 5
-"""Runs at least."""
 
 
 class _Stamps:
@@ -86,8 +84,11 @@ def one_run(
     new_tokens: int,
     device: Device,
     clock: Callable[[], int] = time.perf_counter_ns,
+    job: str | None = None,
 ) -> GenerateRun:
     """Time one greedy ``generate()`` of ``new_tokens`` tokens from ``ids``, and each forward.
+
+    ``job`` is the step model in whose job's rounds the run is made, kept with it.
 
     Raises:
         MeasurementError: the streamer saw another number of tokens (a custom generation loop).
@@ -126,6 +127,7 @@ def one_run(
         total_s=(end - start) / 1e9,
         energy_j=energy,
         forwards_s=forwards if len(forwards) >= new_tokens else [],
+        job=job,
     )
 
 
@@ -203,26 +205,30 @@ class GenerateAlongside:
     def _arm(self) -> None:
         self._armed = True
 
-    def _run(self) -> None:
+    def _run(self, job: str) -> None:
         if not self._armed:
             return
         self._armed = False
         self._rounds += 1
         if self._rounds % self.every == 0 and self._spent_s + self._next_s <= self.budget_s:
-            run = one_run(self.lm, self.ids, self.new_tokens, self.device, self.clock)
+            run = one_run(self.lm, self.ids, self.new_tokens, self.device, self.clock, job)
             self.runs.append(run)
             self._spent_s += run.total_s
             self._next_s = self._spent_s / len(self.runs)
 
     def companions(self, model: str) -> list[Target]:
         """Return the targets a job of ``model`` adds: :meth:`target` for the step models."""
-        return [self.target()] if model in self.models else []
+        return [self.target(model)] if model in self.models else []
 
-    def target(self) -> Target:
-        """Return the target a step model's interleaved job adds to its rounds."""
+    def target(self, job: str) -> Target:
+        """Return the target the interleaved job of step model ``job`` adds to its rounds.
+
+        Its runs are tagged with ``job``, so that each figure can be compared with the runs made
+        in the jobs of the steps it is composed of (``llm.estimate.reference_of``).
+        """
         return Target(
             self.NAME,
-            self._run,
+            functools.partial(self._run, job),
             energy=False,
             graph="never",
             tight=False,

@@ -14,8 +14,8 @@ from operator_db.db.llm_tables import GenerationRun, Llm
 from operator_db.devices.base import Device
 from operator_db.harvest.refs import load_model, parse_reference
 from operator_db.llm.harvest import LlmHarvest
-from operator_db.llm.runs import MIN_RUNS, GenerateAlongside, one_run, prompt_ids
-from operator_db.llm.timings import GenerationTimes
+from operator_db.llm.runs import GenerateAlongside, one_run, prompt_ids
+from operator_db.llm.timings import MIN_RUNS, GenerationTimes
 from operator_db.measure.settings import MeasureSettings
 from operator_db.ops.admission import admit_spec
 from operator_db.ops.encoding import dtype_from_name

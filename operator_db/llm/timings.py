@@ -6,10 +6,15 @@ back from the store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from operator_db.stats import Interval, median_interval
+
+MIN_RUNS = 5
+"""Runs at least: of a whole set, and of the runs of one phase's jobs that a figure is compared
+with (:meth:`GenerationTimes.made_in`)."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,8 @@ class GenerateRun:
     energy_j: float | None = None
     forwards_s: list[float] = field(default_factory=list)
     """Each forward's time: the prefill, then each decode step's (new tokens of them)."""
+    job: str | None = None
+    """The step model in whose job's rounds the run was made; None for a run made apart."""
 
     def as_dict(self) -> dict[str, Any]:
         """Return the run as JSON-ready data."""
@@ -32,6 +39,7 @@ class GenerateRun:
             "total_s": self.total_s,
             "energy_j": self.energy_j,
             "forwards_s": self.forwards_s,
+            "job": self.job,
         }
 
     @property
@@ -61,6 +69,16 @@ class GenerationTimes:
     runs: list[GenerateRun]
     energy_source: str | None = None
     energy_unavailable: str | None = None
+
+    def made_in(self, jobs: Collection[str]) -> GenerationTimes | None:
+        """Return the runs made in the rounds of ``jobs`` (step models).
+
+        None where fewer than :data:`MIN_RUNS` were made there.
+        """
+        runs = [r for r in self.runs if r.job is not None and r.job in jobs]
+        if len(runs) < MIN_RUNS:
+            return None
+        return replace(self, runs=runs)
 
     @property
     def ttft(self) -> Interval:

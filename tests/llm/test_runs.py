@@ -72,12 +72,13 @@ def test_runs_alongside_are_made_inside_a_jobs_rounds(lm: torch.nn.Module) -> No
         measure_interleaved([Target("step", lambda: ticks.append(1)), target], device, settings)
         assert len(every_round.runs) == settings.blocks
         assert all(len(r.steps_s) == 2 for r in every_round.runs)
+        assert {r.job for r in every_round.runs} == {"s"}  # each run knows its job
 
         sparse = GenerateAlongside(
             lm, prompt_ids(lm, 1, 8), 3, device, budget_s=1e-9, jobs=1, rounds=6, models=["s"]
         )
         assert sparse.every > settings.blocks  # a budget too small for one run
-        measure_interleaved([sparse.target()], device, settings)
+        measure_interleaved([sparse.target("steps")], device, settings)
         assert sparse.runs == []
 
 
@@ -98,6 +99,39 @@ def test_runs_alongside_keep_to_their_budget_in_seconds(lm: torch.nn.Module) -> 
         )  # fmt: skip
         assert alongside.every == 1  # half the budget, 4 runs, over 4 rounds: one a round
         steps = Target("step", lambda: None)
-        result = measure_interleaved([steps, alongside.target()], device, settings)
+        result = measure_interleaved([steps, alongside.target("steps")], device, settings)
     assert len(result[0].eager.block_s) > 8  # the job added rounds until its tight budget
     assert len(alongside.runs) == 8 and alongside.spent_s == 8 * first.total_s
+
+
+def test_each_figure_meets_the_runs_made_in_its_steps_jobs() -> None:
+    """The TTFT is compared with the runs made in the prefill's job, the TPOT with those made
+    in the decode steps' jobs, the total with all; with too few in a phase's jobs, with all."""
+    from types import SimpleNamespace
+
+    from operator_db.llm.compose import compose_generation
+    from operator_db.llm.estimate import reference_of
+    from operator_db.llm.store import run_row
+    from operator_db.llm.timings import MIN_RUNS, GenerateRun, GenerationTimes
+
+    def run(ttft: float, step: float, job: str | None) -> GenerateRun:
+        return GenerateRun(ttft, [step] * 3, ttft + 3 * step, job=job)
+
+    slow = [run(0.4, 0.03, "prefill") for _ in range(MIN_RUNS)]
+    fast = [run(0.3, 0.02, d) for d in ("d1", "d2") for _ in range(MIN_RUNS)]
+    llm = SimpleNamespace(id=1, dtype="float32", info={})
+    row = run_row(llm, GenerationTimes(8, 512, 4, slow + fast), 1, None)  # type: ignore[arg-type]
+    assert row.ttft_s == pytest.approx(0.3)  # of all runs, the decode jobs' prevail
+    phases = {"prefill": "prefill", "d1": "decode", "d2": "decode"}
+    ref = reference_of(row, phases)
+    assert ref.ttft.value == pytest.approx(0.4) and ref.ttft_runs == MIN_RUNS
+    assert ref.tpot is not None and ref.tpot.value == pytest.approx(0.02)
+    assert ref.tpot_runs == 2 * MIN_RUNS and ref.steps_s == pytest.approx([0.02] * 3)
+    assert ref.total.value == pytest.approx(row.total_s) and ref.runs == 3 * MIN_RUNS
+    said = compose_generation("m", "k", 8, 512, 4, [], reference=ref).notes
+    assert "of the 15 generate() runs, TTFT against the 5 made in the prefill's job" in said[0]
+
+    untagged = reference_of(row)  # no phases known: all runs
+    assert untagged.ttft.value == pytest.approx(0.3) and untagged.describe() is None
+    few = run_row(llm, GenerationTimes(8, 512, 4, slow[:2] + fast), 1, None)  # type: ignore[arg-type]
+    assert reference_of(few, phases).ttft_runs == few.runs  # 2 in the prefill's job: all
