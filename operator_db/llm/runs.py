@@ -154,12 +154,15 @@ class GenerateAlongside:
     meaningless and dropped: its untimed call (before each block, and in the warm-up that sizes
     the blocks) only arms the next call, and a block's further calls do nothing.
 
-    ``budget_s`` bounds the runs' seconds, and spreads them over the jobs' rounds: ``every`` is
-    chosen from one run's time so that the ``rounds`` rounds of each of ``jobs`` jobs make about
-    half of ``budget_s`` seconds of runs, which leaves the other half to the rounds added until
-    tight; no run is made that would take the runs past ``budget_s`` (their mean time so far
-    taken as the next one's). Counted in rounds alone, the runs came to 37–98 a plan where the
-    budget asked for about 40: a job that adds 71 rounds to its 20 multiplies them.
+    ``budget_s`` bounds the runs' seconds, and each of the ``jobs`` jobs has an equal share of
+    it: ``every`` is chosen from one run's time so that a job's ``rounds`` rounds make about half
+    of its share, which leaves the other half to the rounds it adds until tight; no run is made
+    that would take a job's runs past its share (their mean time so far taken as the next one's).
+    Counted in rounds alone, the runs came to 37–98 a plan where the budget asked for about 40: a
+    job that adds 71 rounds to its 20 multiplies them. With one budget for all the jobs, the
+    first job's added rounds took it all (GPT-2 at batch 1, prompt 128: 42 runs in the prefill's
+    job, 21 in the first decode step's, none in the second's), and each figure is compared with
+    the runs of its own steps' jobs (``llm.estimate.reference_of``).
     """
 
     NAME = "generate() runs"
@@ -190,17 +193,19 @@ class GenerateAlongside:
         self.runs: list[GenerateRun] = []
         first = one_run(lm, ids, new_tokens, device, clock)  # warm-up, and a run's length
         self.budget_s = budget_s
-        per_round_s = max(budget_s / 2, 1e-9) / max(jobs * rounds, 1)
+        self.share_s = budget_s / max(jobs, 1)
+        """Each job's seconds of runs at most."""
+        per_round_s = max(self.share_s / 2, 1e-9) / max(rounds, 1)
         self.every = max(1, math.ceil(first.total_s / per_round_s))
         self._armed = False
-        self._rounds = 0
-        self._spent_s = 0.0
+        self._rounds: dict[str, int] = {}
+        self._spent: dict[str, float] = {}
         self._next_s = first.total_s
 
     @property
     def spent_s(self) -> float:
         """Seconds of the runs made so far (their ``total_s``)."""
-        return self._spent_s
+        return sum(self._spent.values())
 
     def _arm(self) -> None:
         self._armed = True
@@ -209,12 +214,13 @@ class GenerateAlongside:
         if not self._armed:
             return
         self._armed = False
-        self._rounds += 1
-        if self._rounds % self.every == 0 and self._spent_s + self._next_s <= self.budget_s:
+        rounds = self._rounds[job] = self._rounds.get(job, 0) + 1
+        spent = self._spent.get(job, 0.0)
+        if rounds % self.every == 0 and spent + self._next_s <= self.share_s:
             run = one_run(self.lm, self.ids, self.new_tokens, self.device, self.clock, job)
             self.runs.append(run)
-            self._spent_s += run.total_s
-            self._next_s = self._spent_s / len(self.runs)
+            self._spent[job] = spent + run.total_s
+            self._next_s = self.spent_s / len(self.runs)
 
     def companions(self, model: str) -> list[Target]:
         """Return the targets a job of ``model`` adds: :meth:`target` for the step models."""

@@ -135,3 +135,25 @@ def test_each_figure_meets_the_runs_made_in_its_steps_jobs() -> None:
     assert untagged.ttft.value == pytest.approx(0.3) and untagged.describe() is None
     few = run_row(llm, GenerationTimes(8, 512, 4, slow[:2] + fast), 1, None)  # type: ignore[arg-type]
     assert reference_of(few, phases).ttft_runs == few.runs  # 2 in the prefill's job: all
+
+
+def test_each_job_has_its_share_of_the_runs_budget(lm: torch.nn.Module) -> None:
+    """A job that adds rounds until tight takes its share of the budget, not the next job's."""
+    ticks = iter(range(0, 10**15, 10**9))  # every reading of the clock one second later
+
+    def clock() -> int:
+        return next(ticks)
+
+    loose = fast_settings(blocks=4, tight_ratio=1e-12, tight_budget_s=0.3, max_blocks=400)
+    with FakeDevice() as device:
+        first = one_run(lm, prompt_ids(lm, 1, 8), 3, device, clock)
+        alongside = GenerateAlongside(
+            lm, prompt_ids(lm, 1, 8), 3, device, budget_s=8 * first.total_s, jobs=2, rounds=4,
+            models=["a", "b"], clock=clock,
+        )  # fmt: skip
+        for job in ("a", "b"):
+            (target,) = alongside.companions(job)
+            measure_interleaved([Target("step", lambda: None), target], device, loose)
+    jobs = [r.job for r in alongside.runs]
+    assert jobs.count("a") == 4 and jobs.count("b") == 4  # 8 runs' budget, half each
+    assert alongside.spent_s == 8 * first.total_s
