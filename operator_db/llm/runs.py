@@ -162,7 +162,10 @@ class GenerateAlongside:
     job that adds 71 rounds to its 20 multiplies them. With one budget for all the jobs, the
     first job's added rounds took it all (GPT-2 at batch 1, prompt 128: 42 runs in the prefill's
     job, 21 in the first decode step's, none in the second's), and each figure is compared with
-    the runs of its own steps' jobs (``llm.estimate.reference_of``).
+    the runs of its own steps' jobs (``llm.estimate.reference_of``). So each job makes at least
+    :data:`MIN_RUNS` runs, its share or not, ``every`` at most ``rounds`` / :data:`MIN_RUNS`:
+    GPT-2's prefill at batch 8, prompt 512 made 3 runs in its job (two seconds each), too few to
+    compare its TTFT with.
     """
 
     NAME = "generate() runs"
@@ -196,7 +199,7 @@ class GenerateAlongside:
         self.share_s = budget_s / max(jobs, 1)
         """Each job's seconds of runs at most."""
         per_round_s = max(self.share_s / 2, 1e-9) / max(rounds, 1)
-        self.every = max(1, math.ceil(first.total_s / per_round_s))
+        self.every = max(1, min(math.ceil(first.total_s / per_round_s), rounds // MIN_RUNS))
         self._armed = False
         self._rounds: dict[str, int] = {}
         self._spent: dict[str, float] = {}
@@ -216,7 +219,8 @@ class GenerateAlongside:
         self._armed = False
         rounds = self._rounds[job] = self._rounds.get(job, 0) + 1
         spent = self._spent.get(job, 0.0)
-        if rounds % self.every == 0 and spent + self._next_s <= self.share_s:
+        few = sum(r.job == job for r in self.runs) < MIN_RUNS
+        if rounds % self.every == 0 and (few or spent + self._next_s <= self.share_s):
             run = one_run(self.lm, self.ids, self.new_tokens, self.device, self.clock, job)
             self.runs.append(run)
             self._spent[job] = spent + run.total_s
