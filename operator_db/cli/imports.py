@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -49,7 +49,7 @@ def import_(
     ] = False,
     db: DatabaseOption = None,
 ) -> None:
-    """Import a measurement data set (NeuSight) as results of its GPUs, in one transaction.
+    """Import a measurement data set (NeuSight, Vidur) as results of its GPUs, in one transaction.
 
     Each row becomes a result of operator-db's own configuration for the same call, on the
     device kind of its GPU, marked with the data set as its source. A second run adds nothing.
@@ -60,11 +60,15 @@ def import_(
     from operator_db.datasets.neusight.compose import composition_table, composition_text
     from operator_db.datasets.neusight.reader import neusight
     from operator_db.datasets.neusight.runs import import_runs
+    from operator_db.datasets.vidur.reader import in_vidur
     from operator_db.estimate.compose import estimate_model
     from operator_db.estimate.options import EstimateOptions
 
-    data, files, labels = neusight(path)
     on_bad: OnBad = "refuse" if refuse_bad else "skip"
+    if in_vidur(path):
+        _import_vidur(path, on_bad, db)
+        return
+    data, files, labels = neusight(path)
     progress = Progress(
         TextColumn("{task.description}", markup=False),
         BarColumn(),
@@ -113,3 +117,46 @@ def import_(
     if composed:
         console.print("\nEach run's estimate (Σ count × per-call time of imported figures):")
         console.print(composition_text(composed), markup=False)
+
+
+def _progress(name: str, total: int) -> tuple[Progress, Any]:
+    """Return a progress bar of an import's files, and its advance(file, rows) callback."""
+    progress = Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+    task = progress.add_task(f"import {name}", total=total)
+
+    def advance(file: str, rows: int) -> None:
+        progress.update(task, advance=1, description=f"{Path(file).name} ({rows} rows)")
+
+    return progress, advance
+
+
+def _import_vidur(path: Path, on_bad: OnBad, db: str | None) -> None:
+    """Import Vidur's fp16 operator profiles (``datasets.vidur``)."""
+    from operator_db.datasets.importer import import_data_set
+    from operator_db.datasets.vidur.reader import vidur
+
+    data, files = vidur(path)
+    progress, advance = _progress(data.source.name, len(files))
+    with progress, open_store(db) as store, store.transaction() as session:
+        report = import_data_set(session, data, on_bad=on_bad, files=files, progress=advance)
+    console.print(report_table(report))
+    for row in report.bad[:BAD_ROWS_PRINTED]:
+        console.print(f"skipped {row}", markup=False)
+    if len(report.bad) > BAD_ROWS_PRINTED:
+        console.print(f"... and {len(report.bad) - BAD_ROWS_PRINTED} more bad rows", markup=False)
+    for why, count in sorted(data.left_out.items()):
+        console.print(f"not imported: {count} results of {why}", markup=False)
+    total = report.total()
+    console.print(
+        f"{data.source.name}: {total.imported} results imported, {total.duplicate} duplicates, "
+        f"{total.skipped} bad rows skipped, {report.new_configs} new configurations (float16); "
+        f"device kinds: {', '.join(report.kinds)}",
+        markup=False,
+    )
