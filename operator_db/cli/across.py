@@ -86,6 +86,13 @@ def evaluate(
     ] = None,
     cap: CapOption = 3000,
     level: LevelOption = 0.9,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="The element type: float32 (every table), or float16 (leave one GPU out over "
+            "the GPUs with float16 results, e.g. Vidur's)."
+        ),
+    ] = "float32",
     db: DatabaseOption = None,
 ) -> None:
     """Print the held-out, leave-one-GPU-out, other-GPU and whole-model tables."""
@@ -93,6 +100,9 @@ def evaluate(
     from operator_db.predict.across.store import evaluation_frame, measured_runs
     from operator_db.predict.across.train import fit_across
 
+    if dtype != "float32":
+        _evaluate_dtype(dtype, cap, level, db)
+        return
     with open_store(db) as store, store.transaction() as session:
         frame, facts = evaluation_frame(session)
         runs = measured_runs(session, facts)
@@ -105,7 +115,7 @@ def evaluate(
     everything = fit_across(
         frame, facts, level=level, cap=cap, keep_folds=True, progress=err_console.print
     )
-    _print(ev.logo_table(everything, level))
+    _print(ev.logo_table(everything, level, frame))
     if other_db:
         for t in _other(other_db, everything):
             _print(t)
@@ -138,6 +148,28 @@ def evaluate(
         f"training on every GPU: {everything.rows} rows, {everything.seconds:.0f} s "
         f"(with its leave-one-GPU-out folds)"
     )
+
+
+def _evaluate_dtype(dtype: str, cap: int, level: float, db: str | None) -> None:
+    """Print leave one GPU out over the GPUs with results in ``dtype``."""
+    from operator_db.errors import InvalidInputError
+    from operator_db.predict.across import evaluate as ev
+    from operator_db.predict.across.store import evaluation_frame
+    from operator_db.predict.across.train import fit_across
+
+    with open_store(db) as store, store.transaction(read_only=True) as session:
+        frame, facts = evaluation_frame(session, dtype)
+    kinds = sorted(set(frame["kind"])) if len(frame) else []
+    if len(kinds) < 2:
+        raise InvalidInputError(
+            f"leave one GPU out needs {dtype} results on two GPU kinds with a spec sheet, found "
+            f"{len(kinds)} (import Vidur's: `opdb import ../shared/data/vidur`)"
+        )
+    everything = fit_across(
+        frame, facts, level=level, cap=cap, keep_folds=True, progress=err_console.print, dtype=dtype
+    )
+    _print(ev.logo_table(everything, level, frame, title=f" ({dtype})"))
+    console.print(f"training on {dtype}: {everything.rows} rows, {everything.seconds:.0f} s")
 
 
 def _other(url: str, across: object) -> list[Any]:

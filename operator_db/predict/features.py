@@ -64,9 +64,25 @@ class ConfigLike(Protocol):
     params: int
 
 
+FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
+"""Element types a call computes in (whose peak bounds it)."""
+
+
 def dtype_of(cfg: Any) -> str:
-    """Return a configuration's dtype (a spec without one computes in float32)."""
-    return str(cfg.dtype or "float32")
+    """Return the element type a configuration computes in.
+
+    Its own (a module's parameters), else its first floating input's (a function: ``x + y`` of
+    two float16 tensors computes in float16), else float32.
+    """
+    if cfg.dtype:
+        return str(cfg.dtype)
+    for tensor in cfg.inputs or []:
+        dtype = (
+            tensor.get("dtype") if isinstance(tensor, Mapping) else getattr(tensor, "dtype", None)
+        )
+        if dtype in FLOATING:
+            return str(dtype)
+    return "float32"
 
 
 def work_flops(cfg: ConfigLike) -> float:

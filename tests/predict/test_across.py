@@ -313,3 +313,54 @@ def test_without_a_model_it_says_how_to_train(
     assert out.code == 1 and "opdb predict across train" in out.err
     out = run_cli(capsys, "compare", "law-net", "--db", db_url)
     assert out.code == 0 and TARGET not in out.out
+
+
+def test_each_element_type_is_predicted_by_its_own_model(
+    frame: pd.DataFrame, across: Across
+) -> None:
+    """float16 rows go to the float16 model with the GPU's float16 peak, bfloat16 rows too
+    (its stand-in), float32 rows to the float32 model, and a type without a model to none."""
+    from dataclasses import replace
+
+    def half(dtype: str) -> pd.DataFrame:
+        ops = [op for op in _ops(random.Random(2)) if op["op"] == "torch.nn.Linear"]
+        for op in ops:
+            op["dtype"] = dtype
+            for t in (*op["inputs"], *op.get("outputs", [])):
+                t["dtype"] = dtype
+        configs = [_Cfg(op, f"{dtype}-{i}") for i, op in enumerate(ops)]
+        return config_frame(configs)
+
+    rows16 = half("float16")
+    assert set(rows16["dtype"]) == {"float16"} and set(frame["dtype"]) == {"float32"}
+    train = [k for k in TRAIN if gpu_facts(k, "float16") is not None]  # the P4 has no fp16
+    parts = [rows16.assign(kind=k) for k in (*train, TARGET)]
+    data = pd.concat(parts, ignore_index=True)
+    facts16 = {k: gpu_facts(k, "float16") for k in (*train, TARGET)}
+    data["time_s"] = roofline_s(data, facts16) * data["kind"].map(EFFICIENCY).to_numpy()  # type: ignore[arg-type]
+    train16 = {k: facts16[k] for k in train}
+    across16 = fit_across(data[data["kind"] != TARGET], train16, dtype="float16")  # type: ignore[arg-type]
+    both = replace(across, others={"float16": across16})
+    target = gpu_facts(TARGET)
+    assert target is not None
+    fp32 = frame[frame["kind"] == TARGET].head(20)
+    mine16 = data[data["kind"] == TARGET]
+    rows16b = half("bfloat16").assign(kind=TARGET)
+    odd = fp32.head(3).assign(dtype="float64")
+    query = pd.concat([fp32, mine16, rows16b, odd], ignore_index=True)
+    got = both.predict(query, target)
+    n32, n16 = len(fp32), len(mine16)
+    assert np.allclose(
+        got["time_s"].iloc[:n32].astype(float), across.predict(fp32, target)["time_s"].astype(float)
+    )
+    alone = across16.predict(mine16, facts16[TARGET])["time_s"].to_numpy(float)  # type: ignore[arg-type]
+    assert np.allclose(got["time_s"].iloc[n32 : n32 + n16].astype(float), alone)
+    law = mine16["time_s"].to_numpy()
+    assert np.median(np.abs(alone / law - 1)) < 0.25  # the float16 law, from its own model
+    as_fp32 = across.predict(mine16.assign(dtype="float32"), target)["time_s"].to_numpy(float)
+    assert not np.allclose(as_fp32, alone, rtol=0.05)  # the float32 model says otherwise
+    bf16 = got["time_s"].iloc[n32 + n16 : n32 + 2 * n16].astype(float)
+    assert bf16.notna().all()  # the float16 model, with the bfloat16 peak
+    assert got["time_s"].iloc[-3:].isna().all()  # float64: no model
+    many = both.predict_many(query, [target])[TARGET]
+    assert np.allclose(many["time_s"].astype(float), got["time_s"].astype(float), equal_nan=True)

@@ -165,11 +165,18 @@ def _summary(pred: pd.DataFrame, rows: pd.DataFrame) -> dict[str, float]:
     return s
 
 
-def logo_table(across: Across, level: float = LEVEL) -> Table:
-    """Score each fold of a model fitted with ``keep_folds``: intervals from the other folds."""
+def logo_table(
+    across: Across, level: float = LEVEL, frame: pd.DataFrame | None = None, title: str = ""
+) -> Table:
+    """Score each fold of a model fitted with ``keep_folds``: intervals from the other folds.
+
+    ``frame``: the results it was fitted on, for the baseline (the fold's source GPU's time of
+    the same configuration × the ratio of the two rooflines; median |error| %).
+    """
     table = Table(
-        f"Leave one GPU out: median / mean |error| %, {level:.0%} coverage %, n",
-        ["GPU", "family", "from", "zero-shot", "", "", "n", "few-shot", "", "", "n"],
+        f"Leave one GPU out{title}: median / mean |error| %, {level:.0%} coverage %, n",
+        ["GPU", "family", "from", "zero-shot", "", "", "n", "few-shot", "", "", "n"]
+        + (["nearest × ratio"] if frame is not None else []),
     )
     by_family: dict[str, list[Any]] = {}
     for fold in across.folds:
@@ -185,7 +192,11 @@ def logo_table(across: Across, level: float = LEVEL) -> Table:
                 if len(few)
                 else {}
             )
-            table.rows.append([f.kind, family, f.source, *_cells(z), *_cells(w)])
+            row = [f.kind, family, f.source, *_cells(z), *_cells(w)]
+            if frame is not None:
+                _, near = _baselines(f.scored, frame, across.facts, f.source)
+                row.append(f"{near['median']:.1f}" if near else "—")
+            table.rows.append(row)
     return table
 
 

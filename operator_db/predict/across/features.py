@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from operator_db.predict.devices import GpuFacts
-from operator_db.predict.features import generic_features, work_flops
+from operator_db.predict.features import dtype_of, generic_features, work_flops
 from operator_db.roofline.bounds import Peaks
 
 Base = Literal["compute", "memory"]
@@ -77,7 +77,7 @@ def family_of(op: str, flop_rule: str | None) -> str:
         return "linear"
     if name.startswith("conv") and "transpose" not in name:
         return "conv"
-    if "layernorm" in name or "layer_norm" in name:
+    if any(n in name for n in ("layernorm", "layer_norm", "rmsnorm", "rms_norm")):
         return "layernorm"
     if "softmax" in name:
         return "softmax"
@@ -123,6 +123,7 @@ def config_row(cfg: Any) -> dict[str, Any]:
         "key": cfg.key,
         "family": family,
         "op": cfg.op,
+        "dtype": dtype_of(cfg),
         "flops": work_flops(cfg),
         "bytes": float(cfg.bytes or 0),
         "B": b,

@@ -25,11 +25,14 @@ from operator_db.predict.across.features import config_frame
 from operator_db.predict.across.model import CAP, LEVEL
 from operator_db.predict.across.train import Across, fit_across
 from operator_db.predict.devices import GpuFacts, gpu_facts
+from operator_db.predict.features import dtype_of
 from operator_db.predict.store import check_library, library_versions
 from operator_db.roofline.chips import chip_spec, load_peak_table
 from operator_db.roofline.record import store_spec_peaks
 
 FLOAT32 = "float32"
+OTHER_DTYPES = ("float16", "bfloat16")
+"""Element types the cross-device model learns apart from float32, where two GPUs have results."""
 _LOADED: dict[str, Across] = {}
 """The newest model unpickled in this process, by data hash and version (a server loads it once)."""
 
@@ -50,20 +53,26 @@ def register_gpus(session: Session) -> list[str]:
     return added
 
 
-def gpu_kinds(session: Session) -> dict[str, tuple[DeviceKind, GpuFacts]]:
-    """Return every stored GPU kind with a spec sheet the predictor can read, by name."""
+def gpu_kinds(session: Session, dtype: str = FLOAT32) -> dict[str, tuple[DeviceKind, GpuFacts]]:
+    """Return every stored GPU kind with a spec sheet the predictor can read, by name.
+
+    ``dtype``: the element type whose peak the facts carry as ``flops_per_s``.
+    """
     out = {}
     for kind in queries.device_kinds(session):
-        facts = gpu_facts(kind.name) if kind.type == "gpu" else None
+        facts = gpu_facts(kind.name, dtype) if kind.type == "gpu" else None
         if facts is not None:
             out[kind.name] = (kind, facts)
     return out
 
 
 def results_frame(
-    session: Session, kinds: Sequence[DeviceKind], config_ids: Sequence[int] | None = None
+    session: Session,
+    kinds: Sequence[DeviceKind],
+    config_ids: Sequence[int] | None = None,
+    dtype: str = FLOAT32,
 ) -> pd.DataFrame:
-    """Return one row per (float32 configuration, kind) measured: its columns and ``time_s``."""
+    """Return one row per (configuration in ``dtype``, kind) measured: columns and ``time_s``."""
     if not kinds:
         return pd.DataFrame()
     names = {k.id: k.name for k in kinds}
@@ -77,7 +86,7 @@ def results_frame(
     if times.empty:
         return times
     configs = queries.configs_by_ids(session, sorted(set(times["config_id"])))
-    frame = config_frame([c for c in configs if (c.dtype or FLOAT32) == FLOAT32])
+    frame = config_frame([c for c in configs if dtype_of(c) == dtype])
     if frame.empty:
         return frame
     times = times[times["time_s"] > 0]
@@ -107,33 +116,42 @@ def train(
         InvalidInputError: fewer than two GPU kinds with results of any family.
     """
     register_gpus(session)
-    known = gpu_kinds(session)
-    kinds = [k for name, (k, _) in known.items() if name not in set(exclude)]
-    frame = results_frame(session, kinds)
-    facts = {name: f for name, (_, f) in known.items()}
-    across = (
-        fit_across(frame, facts, level=level, cap=cap, progress=progress) if len(frame) else None
-    )
-    if across is None or not across.families:
+    fitted: dict[str, Across] = {}
+    frames = []
+    for dtype in (FLOAT32, *OTHER_DTYPES):
+        known = gpu_kinds(session, dtype)
+        kinds = [k for name, (k, _) in known.items() if name not in set(exclude)]
+        frame = results_frame(session, kinds, dtype=dtype)
+        facts = {name: f for name, (_, f) in known.items()}
+        if len(frame) and frame["kind"].nunique() >= 2:
+            found = fit_across(frame, facts, level=level, cap=cap, progress=progress, dtype=dtype)
+            if found.families:
+                fitted[dtype] = found
+                frames.append(frame.assign(dtype=dtype))
+    if not fitted:
         raise InvalidInputError(
             "too few GPU results to learn across devices: it needs two GPU kinds with a spec "
             "sheet and results of one operator family (import a data set: `opdb import`)"
         )
+    across = fitted.pop(FLOAT32, None) or Across({}, {}, {}, level)
+    across.others = fitted
+    every = {"": across, **{f" ({d})": a for d, a in fitted.items()}}
     row = CrossPredictor(
-        kinds=sorted(across.facts),
+        kinds=sorted({k for a in every.values() for k in a.facts}),
         families={
-            f: {
+            f + suffix: {
                 "rows": m.rows,
                 "zero_interval": list(m.zero_interval),
                 "few_interval": list(m.few_interval),
-                "calibration": len(across.calibration.get(f, [])),
+                "calibration": len(a.calibration.get(f, [])),
             }
-            for f, m in across.families.items()
+            for suffix, a in every.items()
+            for f, m in a.families.items()
         },
-        rows=across.rows,
-        seconds=across.seconds,
+        rows=sum(a.rows for a in every.values()),
+        seconds=sum(a.seconds for a in every.values()),
         level=level,
-        data_hash=_hash(frame),
+        data_hash=_hash(pd.concat(frames)),
         model=pickle.dumps(across),
         library=library_versions(),
     )
@@ -269,10 +287,15 @@ def predicted_costs_many(
     return out
 
 
-def evaluation_frame(session: Session) -> tuple[pd.DataFrame, dict[str, GpuFacts]]:
-    """Return every GPU kind's results, marked ``test`` from a data set's ``test/`` files."""
-    known = gpu_kinds(session)
-    frame = results_frame(session, [k for k, _ in known.values()])
+def evaluation_frame(
+    session: Session, dtype: str = FLOAT32
+) -> tuple[pd.DataFrame, dict[str, GpuFacts]]:
+    """Return every GPU kind's results in ``dtype``, and their spec sheets with its peak.
+
+    Results from a data set's ``test/`` files are marked ``test``.
+    """
+    known = gpu_kinds(session, dtype)
+    frame = results_frame(session, [k for k, _ in known.values()], dtype=dtype)
     facts = {name: f for name, (_, f) in known.items()}
     if frame.empty:
         return frame, facts

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -35,9 +35,13 @@ from operator_db.predict.across.model import (
     target_ln,
 )
 from operator_db.predict.across.transfer import Transfer, fit_transfer
-from operator_db.predict.devices import GpuFacts
+from operator_db.predict.devices import GpuFacts, gpu_facts
 
 Mode = Literal["own", "few-shot", "zero-shot"]
+FLOAT32 = "float32"
+STAND_IN = {"bfloat16": "float16"}
+"""An element type predicted by another's model where it has none of its own, with its own peak
+(bfloat16 and float16 run at the same tensor-core rate on every GPU since Ampere)."""
 POOL_KINDS = 3
 """GPUs a configuration is measured on to be a candidate for calibration and a scored row."""
 MIN_SCORED = 20
@@ -73,6 +77,18 @@ class Across:
     rows: int = 0
     transfer: Transfer | None = None
     """Configurations of families without a model, moved from the GPUs that measured them."""
+    others: dict[str, Across] = field(default_factory=dict)
+    """Models of other element types, by dtype (``float16``): each fitted on that type's results,
+    its GPUs' spec sheets with that type's peak."""
+    dtype: str = FLOAT32
+    """The element type of its own rows (its spec sheets carry that type's peak)."""
+
+    def _split(self, query: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        """Return ``query``'s rows by element type (all its own where it has no ``dtype``)."""
+        own = getattr(self, "dtype", FLOAT32)
+        if "dtype" not in query or query.empty:
+            return {own: query}
+        return {str(d): part for d, part in query.groupby("dtype")}
 
     def predict(
         self,
@@ -88,8 +104,21 @@ class Across:
         """
         from threadpoolctl import threadpool_limits
 
+        parts = []
         with threadpool_limits(1):  # a few rows: threads only fight (10x slower on 2 cores)
-            return self._predict(query, target, measured)
+            for dtype, rows in self._split(query).items():
+                mine = None if measured is None else measured[_of(measured, dtype)]
+                if dtype == getattr(self, "dtype", FLOAT32):
+                    parts.append(self._predict(rows, target, mine))
+                    continue
+                others = getattr(self, "others", {})
+                other = others.get(dtype) or others.get(STAND_IN.get(dtype, ""))
+                facts = gpu_facts(target.name, dtype)
+                if other is None or facts is None:
+                    parts.append(_unpredicted(rows))
+                else:
+                    parts.append(other._predict(rows, facts, mine))
+        return pd.concat(parts).loc[query.index] if len(parts) > 1 else parts[0]
 
     def predict_many(
         self,
@@ -109,6 +138,9 @@ class Across:
         from threadpoolctl import threadpool_limits
 
         measured = measured or {}
+        parts = self._split(query)
+        if set(parts) != {getattr(self, "dtype", FLOAT32)}:  # other element types: one by one
+            return {t.name: self.predict(query, t, measured.get(t.name)) for t in targets}
         out: dict[str, pd.DataFrame] = {}
         batched: list[GpuFacts] = []
         with threadpool_limits(1):
@@ -221,6 +253,20 @@ class Across:
                 ]
 
 
+def _unpredicted(rows: pd.DataFrame) -> pd.DataFrame:
+    """Return :meth:`Across.predict`'s frame for rows no model predicts: NaN throughout."""
+    out = pd.DataFrame(index=rows.index, columns=["ln", "low", "high", "mode", "source"])
+    out["time_s"] = np.nan
+    return out
+
+
+def _of(measured: pd.DataFrame, dtype: str) -> Any:
+    """Return which of ``measured``'s rows are in ``dtype`` (all where it has no column)."""
+    if "dtype" not in measured:
+        return np.full(len(measured), True)
+    return (measured["dtype"] == dtype).to_numpy()
+
+
 def _mine(measured: pd.DataFrame | None, family: str, kind: str) -> pd.DataFrame:
     if measured is None or measured.empty:
         return pd.DataFrame()
@@ -266,12 +312,14 @@ def fit_across(
     cap: int = CAP,
     keep_folds: bool = False,
     progress: Callable[[str], None] | None = None,
+    dtype: str = FLOAT32,
 ) -> Across:
     """Fit every family with at least two training GPUs, and its intervals by holding each out.
 
     ``frame``: one row per (configuration, GPU) with ``kind`` and ``time_s`` and the
     configuration's columns (``features.config_row``); ``facts``: each GPU's spec sheet (rows of
     GPUs without one are left out). ``cap``: rows per GPU and family fitted on at most.
+    ``dtype``: the element type of the rows (``facts`` carry its peak).
     """
     start = time.perf_counter()
     frame = frame[frame["kind"].isin(list(facts))]
@@ -323,6 +371,7 @@ def fit_across(
         time.perf_counter() - start,
         sum(len(d) for d in data.values()) + len(rest),
         transfer,
+        dtype=dtype,
     )
 
 
