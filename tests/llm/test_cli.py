@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def test_harvest_measure_estimate(
         "--db", db_url,
     )  # fmt: skip
     assert measured.code == 0, measured.err
-    assert "generate() at batch 2, prompt 8, 4 tokens: 5 runs" in measured.out
+    runs = re.search(r"generate\(\) at batch 2, prompt 8, 4 tokens: (\d+) runs", measured.out)
+    assert runs is not None and int(runs.group(1)) >= 5  # no budget: each job's fewest
     shown = run_cli(capsys, "llm", "estimate", "tiny", "--json", "--db", db_url)
     assert shown.code == 0, shown.err
     (row,) = json.loads(shown.out)

@@ -251,5 +251,5 @@ def test_the_chips_plot_draws_every_imported_gpu(
     out = tmp_path / "chips.png"
     done = run_cli(capsys, "chips", "-o", str(out), "--db", db_url)
     assert done.code == 0, done.err
-    assert done.out.splitlines()[0] == f"wrote {out}: 25 chips, 8 device kinds"
+    assert done.out.splitlines()[0] == f"wrote {out}: 26 chips, 8 device kinds"
     assert png_ok(out)

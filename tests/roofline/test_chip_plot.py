@@ -119,7 +119,7 @@ def test_chips_command(
     done = run_cli(capsys, "chips", "-o", str(out), "--model", "toy", "--db", db_url)
     assert done.code == 0, done.err
     lines = done.out.splitlines()
-    assert lines[0] == f"wrote {out}: 25 chips, 2 device kinds"
+    assert lines[0] == f"wrote {out}: 26 chips, 2 device kinds"
     assert "cpu:AMD EPYC: measured 120 GFLOP/s, 20 GB/s" in lines
     assert (
         "  spec (closest spec-sheet match: AMD EPYC 9654 (Genoa), scaled to 2 of 96 cores at the "
