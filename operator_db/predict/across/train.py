@@ -100,7 +100,8 @@ class Across:
 
         Returns one row per query row (same index): ``ln`` (ln s), ``low``, ``high`` (s, the
         interval), ``time_s``, ``mode`` and ``source`` (the GPU whose offset and profile it took),
-        NaN where the family has no model.
+        NaN where the family has no model. Each row goes to its element type's model (its
+        ``dtype`` column: :attr:`others`, or their :data:`STAND_IN`), NaN where there is none.
         """
         from threadpoolctl import threadpool_limits
 
