@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -69,19 +70,7 @@ def import_(
         _import_vidur(path, on_bad, db)
         return
     data, files, labels = neusight(path)
-    progress = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    )
-    task = progress.add_task(f"import {data.source.name}", total=len(files) + len(labels))
-
-    def advance(file: str, rows: int) -> None:
-        progress.update(task, advance=1, description=f"{Path(file).name} ({rows} rows)")
-
+    progress, advance = _progress(data.source.name, len(files) + len(labels))
     with progress, open_store(db) as store, store.transaction() as session:
         report = ImportReport(data.source.name)
         if files:
@@ -119,7 +108,7 @@ def import_(
         console.print(composition_text(composed), markup=False)
 
 
-def _progress(name: str, total: int) -> tuple[Progress, Any]:
+def _progress(name: str, total: int) -> tuple[Progress, Callable[[str, int], None]]:
     """Return a progress bar of an import's files, and its advance(file, rows) callback."""
     progress = Progress(
         TextColumn("{task.description}", markup=False),
