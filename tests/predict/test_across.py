@@ -364,3 +364,50 @@ def test_each_element_type_is_predicted_by_its_own_model(
     assert got["time_s"].iloc[-3:].isna().all()  # float64: no model
     many = both.predict_many(query, [target])[TARGET]
     assert np.allclose(many["time_s"].astype(float), got["time_s"].astype(float), equal_nan=True)
+
+
+def test_training_learns_float16_apart_and_estimates_a_float16_model(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """float16 results on three GPUs give a float16 model beside the float32 one; a float16
+    model on a GPU that measured nothing is then predicted by it."""
+    rng = random.Random(3)
+    train = [k for k in TRAIN if gpu_facts(k, "float16") is not None]
+    ops = [op for op in _ops(rng) if op["op"] == "torch.nn.Linear"]
+    for op in ops:
+        op["dtype"] = "float16"
+        for t in (*op["inputs"], *op["outputs"]):
+            t["dtype"] = "float16"
+        op["bytes"] //= 2
+    with Store.open(db_url) as store:
+        _fill(store)  # the float32 law model
+        with store.transaction() as session:
+            ingest_specs(session, [parse_spec(spec_dict("half-net", ops), "half-net.yaml")])
+            model = queries.get_model(session, "half-net")
+            configs = [mc.config for mc in queries.model_configs(session, model.id)]
+            facts16 = {k: gpu_facts(k, "float16") for k in train}
+            for name in train:
+                kind = queries.get_or_create_device_kind(session, name, "gpu")
+                base = config_frame(configs).assign(kind=name)
+                assert set(base["dtype"]) == {"float16"}
+                times = roofline_s(base, facts16) * EFFICIENCY[name]  # type: ignore[arg-type]
+                for config_id, t in zip(base["config_id"], times, strict=True):
+                    session.add(
+                        Measurement(
+                            config_id=int(config_id),
+                            device_kind_id=kind.id,
+                            **result_row(dtype="float16", time_median_s=float(t)),
+                        )
+                    )
+    out = run_cli(capsys, "predict", "across", "train", "--db", db_url)
+    assert out.code == 0, out.err
+    with Store.open(db_url) as store, store.transaction() as session:
+        row = queries.latest_cross_predictor(session, with_model=False)
+    assert row is not None and "linear" in row.families and "linear (float16)" in row.families
+    out = run_cli(capsys, "estimate", "half-net", "--device-kind", TARGET, "--json", "--db", db_url)
+    assert out.code == 0, out.err
+    est = json.loads(out.out)
+    assert est["predictor"]["method"] == "across devices" and est["coverage_predicted"] > 0.9
+    target16 = {TARGET: gpu_facts(TARGET, "float16")}
+    law = float(roofline_s(config_frame(configs).assign(kind=TARGET), target16).sum())  # type: ignore[arg-type]
+    assert abs(est["total_time_s"] / (law * EFFICIENCY[TARGET]) - 1) < 0.3  # the float16 law
