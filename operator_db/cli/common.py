@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from operator_db.db.store import Store
 
 
@@ -34,6 +36,25 @@ def _console(*, stderr: bool = False) -> Console:
 
 console = _console()
 err_console = _console(stderr=True)
+
+
+def progress_bar(*, disable: bool = False) -> Progress:
+    """Return the commands' progress display on :data:`console`.
+
+    Description, bar, done of all, time elapsed. rich.progress is imported here, by the
+    commands that show one.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=disable,
+    )
+
 
 DatabaseOption = Annotated[
     str | None,

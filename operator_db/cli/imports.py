@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from operator_db.cli.common import DatabaseOption, console, open_store
+from operator_db.cli.common import DatabaseOption, console, open_store, progress_bar
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from operator_db.datasets.importer import ImportReport
     from operator_db.datasets.neusight.runs import RunsReport
     from operator_db.datasets.records import OnBad
@@ -110,14 +111,7 @@ def import_(
 
 def _progress(name: str, total: int) -> tuple[Progress, Callable[[str, int], None]]:
     """Return a progress bar of an import's files, and its advance(file, rows) callback."""
-    progress = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    )
+    progress = progress_bar(disable=not console.is_terminal)
     task = progress.add_task(f"import {name}", total=total)
 
     def advance(file: str, rows: int) -> None:

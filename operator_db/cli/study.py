@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from operator_db.cli.common import DatabaseOption, DeviceOption, console, open_store
+from operator_db.cli.common import DatabaseOption, DeviceOption, console, open_store, progress_bar
 
 if TYPE_CHECKING:
     from operator_db.db.store import Store
@@ -143,14 +142,7 @@ def _run(
     from operator_db.study.run import run_study
 
     tty = console.is_terminal
-    progress = Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not tty,
-    )
+    progress = progress_bar(disable=not tty)
     harvest_task = progress.add_task("harvest and store", total=len(items))
     measure_task = progress.add_task("measure", total=None)
 

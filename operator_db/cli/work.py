@@ -9,10 +9,16 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from operator_db.cli.common import DatabaseOption, DeviceOption, console, err_console, open_store
+from operator_db.cli.common import (
+    DatabaseOption,
+    DeviceOption,
+    console,
+    err_console,
+    open_store,
+    progress_bar,
+)
 from operator_db.errors import DeviceContextLostError
 
 if TYPE_CHECKING:  # torch and pandas behind these: imported by the commands that use them
@@ -121,18 +127,7 @@ def run_worker(
     settings = get_settings()
     with open_device(device_spec, settings=settings) as device:
         tty = console.is_terminal
-        progress = (
-            Progress(
-                TextColumn("{task.description}", markup=False),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=False,
-            )
-            if tty
-            else None
-        )
+        progress = progress_bar() if tty else None
         task = progress.add_task("measuring", total=None) if progress else None
 
         def on_event(event: WorkerEvent) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -83,14 +86,15 @@ def test_runs_alongside_are_made_inside_a_jobs_rounds(lm: torch.nn.Module) -> No
         assert len(sparse.runs) == MIN_RUNS  # the fewest a figure is compared with
 
 
+def _seconds_clock() -> Callable[[], int]:
+    """Return a clock (ns) that reads one second later every time it is read."""
+    return functools.partial(next, iter(range(0, 10**15, 10**9)))
+
+
 def test_runs_alongside_keep_to_their_budget_in_seconds(lm: torch.nn.Module) -> None:
     """The runs stop at ``budget_s`` seconds however many rounds a job adds until tight, and
     half the budget is left to the added rounds."""
-    ticks = iter(range(0, 10**15, 10**9))  # every reading of the clock one second later
-
-    def clock() -> int:
-        return next(ticks)
-
+    clock = _seconds_clock()
     settings = fast_settings(blocks=4, tight_ratio=1e-12, tight_budget_s=0.3, max_blocks=400)
     with FakeDevice() as device:
         first = one_run(lm, prompt_ids(lm, 1, 8), 3, device, clock)
@@ -140,11 +144,7 @@ def test_each_figure_meets_the_runs_made_in_its_steps_jobs() -> None:
 
 def test_each_job_has_its_share_of_the_runs_budget(lm: torch.nn.Module) -> None:
     """A job that adds rounds until tight takes its share of the budget, not the next job's."""
-    ticks = iter(range(0, 10**15, 10**9))  # every reading of the clock one second later
-
-    def clock() -> int:
-        return next(ticks)
-
+    clock = _seconds_clock()
     loose = fast_settings(blocks=4, tight_ratio=1e-12, tight_budget_s=0.3, max_blocks=400)
     with FakeDevice() as device:
         first = one_run(lm, prompt_ids(lm, 1, 8), 3, device, clock)
