@@ -53,9 +53,11 @@ def print_estimate(est: Estimate, top: int) -> None:
         )
     if est.predicted:
         who = est.predictor or {}
+        views = who.get("views") or {}
         by = (
             f"cross-device model v{who.get('version')}, {who.get('mode')}, from "
             + ", ".join(who.get("from_kinds") or [])
+            + ("; " + ", ".join(f"{f} by {v}" for f, v in views.items()) if views else "")
             if who.get("method") == "across devices"
             else f"predictor v{who.get('version')}, {who.get('samples')} configurations"
         )

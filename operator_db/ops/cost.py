@@ -46,15 +46,38 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def compulsory_bytes(
-    inputs: list[TensorSpec], module: torch.nn.Module | None, outputs: list[TensorSpec]
+def _state_bytes(
+    inputs: list[TensorSpec], module: torch.nn.Module | None, mode: Mode = "inference"
 ) -> int:
-    """Bytes of every input, parameter, buffer and output of one call, each counted once."""
-    state = (
-        0 if module is None else sum(_nbytes(t) for t in (*module.parameters(), *module.buffers()))
-    )
+    """Bytes of a module's parameters and buffers one call reads, B.
+
+    An ``nn.Embedding`` lookup at inference reads the rows it gathers (one per index, at most the
+    table), not the table: Llama 2's 262 MB table for a few tokens' rows. Training writes the
+    table's dense gradient, so it counts the table.
+    """
+    if module is None:
+        return 0
+    table = sum(_nbytes(t) for t in (*module.parameters(), *module.buffers()))
+    if isinstance(module, torch.nn.Embedding) and mode == "inference" and inputs:
+        row = module.embedding_dim * module.weight.element_size()
+        return min(inputs[0].numel * row, table)
+    return table
+
+
+def compulsory_bytes(
+    inputs: list[TensorSpec],
+    module: torch.nn.Module | None,
+    outputs: list[TensorSpec],
+    mode: Mode = "inference",
+) -> int:
+    """Bytes of every input, parameter, buffer and output of one call, each counted once, B.
+
+    Parameters and buffers: what the call reads of them (``_state_bytes``).
+    """
     return (
-        sum(t.nbytes for t in inputs) + state + sum(t.numel * DTYPE_BYTES[t.dtype] for t in outputs)
+        sum(t.nbytes for t in inputs)
+        + _state_bytes(inputs, module, mode)
+        + sum(t.numel * DTYPE_BYTES[t.dtype] for t in outputs)
     )
 
 
@@ -85,7 +108,7 @@ def _cost_on(op: OperatorSpec, mode: Mode, device: str) -> OpCost:
     outputs = output_specs(out)
     params = 0 if built.module is None else sum(p.numel() for p in built.module.parameters())
     moved = forward.moves_data or (backward is not None and backward.moves_data)
-    nbytes = compulsory_bytes(list(op.inputs), built.module, outputs) if moved else 0
+    nbytes = compulsory_bytes(list(op.inputs), built.module, outputs, mode) if moved else 0
     unclassified = forward.unclassified | (backward.unclassified if backward else set())
     return OpCost(
         flops=forward.flops,

@@ -114,6 +114,23 @@ def test_linear_cost_matches_the_hand_written_example_spec() -> None:
     assert training.flops_backward == 2 * 3211264  # grad input and grad weight, both 2·m·n·k
 
 
+def test_an_embedding_lookup_moves_the_rows_it_gathers_not_the_table() -> None:
+    spec = OperatorSpec.model_validate(
+        {
+            "op": "torch.nn.Embedding",
+            "form": "module",
+            "dtype": "float16",
+            "args": {"num_embeddings": 32000, "embedding_dim": 4096},
+            "inputs": [{"shape": [2, 8], "dtype": "int64", "value_range": [0, 32000]}],
+        }
+    )
+    rows = 2 * 8 * 4096 * 2  # 16 rows of 4096 halves read, and as many written
+    assert op_cost(spec).bytes == 16 * 8 + rows + rows
+    assert op_cost(spec).params == 32000 * 4096
+    # training writes the table's dense gradient: the table counts
+    assert op_cost(spec, "training").bytes == 16 * 8 + 32000 * 4096 * 2 + rows
+
+
 def test_attention_on_meta_is_counted_as_its_matmuls() -> None:
     spec = OperatorSpec.model_validate(
         {

@@ -290,6 +290,12 @@ def test_train_store_estimate_compare_calibrate(
     assert out.code == 0, out.err  # nothing measured there: predicted without being asked
     est = json.loads(out.out)
     assert est["predictor"]["method"] == "across devices" and est["coverage_predicted"] > 0.9
+    views = est["predictor"]["views"]  # each family's chosen view, where a prediction is explained
+    assert set(views) == {"linear", "elementwise"} and all(views.values()), views
+    out = run_cli(
+        capsys, "estimate", "law-net", "--device-kind", TARGET, "--predict", "--db", db_url
+    )
+    assert f"linear by {views['linear']}" in " ".join(out.out.split())
     out = run_cli(capsys, "compare", "law-net", "--db", db_url)
     assert out.code == 0, out.err
     assert TARGET in out.out and "Tesla T4" in out.out and "measured" in out.out
@@ -408,6 +414,12 @@ def test_training_learns_float16_apart_and_estimates_a_float16_model(
     assert out.code == 0, out.err
     est = json.loads(out.out)
     assert est["predictor"]["method"] == "across devices" and est["coverage_predicted"] > 0.9
+    views = est["predictor"]["views"]  # each family's chosen view, where a prediction is explained
+    assert set(views) == {"linear", "elementwise"} and all(views.values()), views
+    out = run_cli(
+        capsys, "estimate", "law-net", "--device-kind", TARGET, "--predict", "--db", db_url
+    )
+    assert f"linear by {views['linear']}" in " ".join(out.out.split())
     target16 = {TARGET: gpu_facts(TARGET, "float16")}
     law = float(roofline_s(config_frame(configs).assign(kind=TARGET), target16).sum())  # type: ignore[arg-type]
     assert abs(est["total_time_s"] / (law * EFFICIENCY[TARGET]) - 1) < 0.3  # the float16 law

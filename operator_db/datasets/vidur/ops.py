@@ -192,7 +192,7 @@ def embedding(tokens: int, rows: int, hidden: int) -> OperatorSpec:
         outputs=[_t(1, tokens, hidden)],
         flops=0,
         flop_rule="none",
-        bytes=I64 * tokens + F16 * (rows * hidden + tokens * hidden),
+        bytes=I64 * tokens + F16 * (min(tokens, rows) * hidden + tokens * hidden),
         params=rows * hidden,
     )
 

@@ -28,6 +28,7 @@ import pandas as pd
 from operator_db.predict.across.features import roofline_s
 from operator_db.predict.across.model import CAP, LEVEL, target_ln
 from operator_db.predict.across.train import Across, fit_across, fold_intervals, summary
+from operator_db.predict.across.views import baseline_ln, measured_times
 from operator_db.predict.devices import GpuFacts
 
 
@@ -78,13 +79,11 @@ def _baselines(
     """Return the roofline and nearest-GPU × bound-ratio baselines' summaries on ``rows``."""
     y = target_ln(rows)
     roof = summary(np.log(roofline_s(rows, facts)), y, -np.inf, np.inf)
-    src = frame[frame["kind"] == source].drop_duplicates("key").set_index("key")["time_s"]
-    there = rows[rows["key"].isin(src.index)]
-    if there.empty:
+    pred = baseline_ln(rows, facts, source, measured_times(frame[frame["kind"] == source]))
+    ok = ~np.isnan(pred)
+    if not ok.any():
         return roof, {}
-    ratio = roofline_s(there, facts) / roofline_s(there.assign(kind=source), facts)
-    pred = np.log(src.loc[there["key"]].to_numpy() * ratio)
-    return roof, summary(pred, target_ln(there), -np.inf, np.inf)
+    return roof, summary(pred[ok], y[ok], -np.inf, np.inf)
 
 
 def held_out_table(
@@ -118,6 +117,7 @@ def held_out_table(
             "n",
             "roofline",
             "nearest × ratio",
+            "chosen view",
         ],
     )
     for kind in held_out:
@@ -146,6 +146,7 @@ def held_out_table(
                     *_cells(w),
                     f"{roof['median']:.1f}",
                     f"{near['median']:.1f}" if near else "—",
+                    str(across.families[family].view),
                 ]
             )
     return table, across
@@ -176,7 +177,8 @@ def logo_table(
     table = Table(
         f"Leave one GPU out{title}: median / mean |error| %, {level:.0%} coverage %, n",
         ["GPU", "family", "from", "zero-shot", "", "", "n", "few-shot", "", "", "n"]
-        + (["nearest × ratio"] if frame is not None else []),
+        + (["nearest × ratio"] if frame is not None else [])
+        + ["chosen view (on the other folds)"],
     )
     by_family: dict[str, list[Any]] = {}
     for fold in across.folds:
@@ -196,7 +198,7 @@ def logo_table(
             if frame is not None:
                 _, near = _baselines(f.scored, frame, across.facts, f.source)
                 row.append(f"{near['median']:.1f}" if near else "—")
-            table.rows.append(row)
+            table.rows.append([*row, str(f.model.view)])
     return table
 
 

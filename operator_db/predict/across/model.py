@@ -37,6 +37,7 @@ from operator_db.predict.across.features import (
     roofline_s,
     shape_features,
 )
+from operator_db.predict.across.views import LEARNED, Score, View, view_ln
 from operator_db.predict.devices import GpuFacts, nearest
 
 GBT: Mapping[str, Any] = {
@@ -77,6 +78,14 @@ class FamilyModel:
     """ln residual quantiles (low, high) of zero-shot predictions."""
     few_interval: tuple[float, float] = (-math.inf, math.inf)
     """ln residual quantiles (low, high) of few-shot predictions."""
+    view: View = LEARNED
+    """The zero-shot view chosen by leave one GPU out (``views.choose``)."""
+    scores: list[Score] = field(default_factory=list)
+    """Every candidate view's median |error| on each fold, beside the baseline's."""
+    times: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each training GPU's time by configuration key, s (the nearest × ratio views)."""
+    floors: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Each training GPU's fastest time of each operator of the family, s."""
 
     @property
     def base(self) -> str:
@@ -108,6 +117,20 @@ class FamilyModel:
         """Return ln time on the rows' GPU: shared with ``source``'s offset, and its profile."""
         shared = self.shared_ln(frame, facts) + self.offsets[source]
         return np.asarray(0.5 * shared + 0.5 * self.profile_ln(source, frame, facts))
+
+    def chosen_ln(
+        self,
+        frame: pd.DataFrame,
+        facts: Mapping[str, GpuFacts],
+        source: str,
+        learned: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Return zero-shot ln time on the rows' GPU by the chosen view (:attr:`view`).
+
+        ``learned``: :meth:`zero_shot_ln` of the same rows, where already computed.
+        """
+        view = getattr(self, "view", LEARNED)  # a model pickled before views: learned
+        return view_ln(self, view, frame, facts, source, learned)
 
     def source_for(self, target: GpuFacts, facts: Mapping[str, GpuFacts]) -> str:
         """Return the training GPU whose offset and profile ``target`` takes."""

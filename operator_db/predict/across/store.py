@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -194,13 +194,24 @@ def require(session: Session) -> tuple[Across, CrossPredictor]:
     return found
 
 
-def describe(row: CrossPredictor, across: Across, kind: str, modes: set[str]) -> dict[str, Any]:
-    """Return what identifies a cross-device prediction: version, kinds, mode, level."""
+def describe(
+    row: CrossPredictor,
+    across: Across,
+    kind: str,
+    modes: set[str],
+    views: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Return what identifies a cross-device prediction: version, kinds, mode, views, level.
+
+    ``views``: each predicted family's view (``views.View``: learned, the nearest GPU × ratio,
+    a blend; ``own``, ``few-shot`` where it did not predict zero-shot).
+    """
     return {
         "version": row.version,
         "device_kind": kind,
         "method": "across devices",
         "mode": ", ".join(sorted(modes)) or None,
+        "views": dict(sorted((views or {}).items())),
         "from_kinds": sorted(across.facts),
         "trained_at": as_utc(row.created_at).isoformat(),
         "samples": row.rows,
@@ -278,12 +289,15 @@ def predicted_costs_many(
             measured[t.name] = results_frame(session, [kind], ids)
     predicted = across.predict_many(query, targets, measured)
     for t in targets:
-        done = predicted[t.name].join(query[["key"]]).dropna(subset=["ln"])
+        done = predicted[t.name].join(query[["key", "family"]]).dropna(subset=["ln"])
         costs = {
             str(r.key): PredictedCost(float(r.time_s), float(r.low), float(r.high))
             for r in done.itertuples()
         }
-        out[t.name] = Predicted(time=costs, source=describe(row, across, t.name, set(done["mode"])))
+        views = dict(zip(done["family"].astype(str), done["view"].astype(str), strict=True))
+        out[t.name] = Predicted(
+            time=costs, source=describe(row, across, t.name, set(done["mode"]), views)
+        )
     return out
 
 

@@ -35,9 +35,20 @@ from operator_db.predict.across.model import (
     target_ln,
 )
 from operator_db.predict.across.transfer import Transfer, fit_transfer
+from operator_db.predict.across.views import (
+    LEARNED,
+    Score,
+    choose,
+    floors,
+    measured_times,
+    scores,
+    view_ln,
+)
 from operator_db.predict.devices import GpuFacts, gpu_facts
 
 Mode = Literal["own", "few-shot", "zero-shot"]
+COLUMNS = ["ln", "low", "high", "mode", "source", "view"]
+"""A prediction's columns (:meth:`Across.predict`)."""
 FLOAT32 = "float32"
 STAND_IN = {"bfloat16": "float16"}
 """An element type predicted by another's model where it has none of its own, with its own peak
@@ -59,7 +70,10 @@ class Fold:
     source: str
     """The training GPU its zero-shot prediction took."""
     scored: pd.DataFrame
-    """Its scored rows with ``zero`` (and ``few`` where calibrated) ln predictions."""
+    """Its scored rows with ``zero`` (the chosen view), ``learned`` (and ``few`` where
+    calibrated) ln predictions."""
+    scores: list[Score] = field(default_factory=list)
+    """Every candidate view's median |error| on its rows (``views.scores``)."""
 
 
 @dataclass
@@ -99,8 +113,9 @@ class Across:
         """Predict ``query`` (config rows) on ``target``; ``measured``: its results (``time_s``).
 
         Returns one row per query row (same index): ``ln`` (ln s), ``low``, ``high`` (s, the
-        interval), ``time_s``, ``mode`` and ``source`` (the GPU whose offset and profile it took),
-        NaN where the family has no model. Each row goes to its element type's model (its
+        interval), ``time_s``, ``mode``, ``source`` (the GPU whose offset and profile it took) and
+        ``view`` (zero-shot: the family's chosen view, ``views.View``; else the mode), NaN where
+        the family has no model. Each row goes to its element type's model (its
         ``dtype`` column: :attr:`others`, or their :data:`STAND_IN`), NaN where there is none.
         """
         from threadpoolctl import threadpool_limits
@@ -164,7 +179,7 @@ class Across:
             [query.assign(kind=t.name, _target=i) for i, t in enumerate(targets)],
             ignore_index=True,
         )
-        out = pd.DataFrame(index=stacked.index, columns=["ln", "low", "high", "mode", "source"])
+        out = pd.DataFrame(index=stacked.index, columns=COLUMNS)
         for family, rows in stacked.groupby("family"):
             model = self.families.get(str(family))
             if model is None:
@@ -183,6 +198,11 @@ class Across:
             for name, part in rows.groupby(source):
                 at = rows.index.get_indexer(part.index)
                 ln[at] += 0.5 * model.profile_ln(str(name), part, facts)
+                zero = ~is_own[at]
+                if zero.any():  # targets it predicts zero-shot: by the chosen view
+                    ln[at[zero]] = model.chosen_ln(
+                        part[zero], facts, str(name), learned=ln[at[zero]]
+                    )
             lo = np.where(is_own, model.few_interval[0], model.zero_interval[0])
             hi = np.where(is_own, model.few_interval[1], model.zero_interval[1])
             out.loc[rows.index, "ln"] = ln
@@ -190,6 +210,7 @@ class Across:
             out.loc[rows.index, "high"] = np.exp(ln + hi)
             out.loc[rows.index, "mode"] = np.where(is_own, "own", "zero-shot")
             out.loc[rows.index, "source"] = source.to_numpy()
+            out.loc[rows.index, "view"] = np.where(is_own, "own", _view(model))
         out["time_s"] = np.exp(out["ln"].astype(float))
         result = {}
         for i, t in enumerate(targets):
@@ -201,7 +222,7 @@ class Across:
         self, query: pd.DataFrame, target: GpuFacts, measured: pd.DataFrame | None
     ) -> pd.DataFrame:
         facts = {**self.facts, target.name: target}
-        out = pd.DataFrame(index=query.index, columns=["ln", "low", "high", "mode", "source"])
+        out = pd.DataFrame(index=query.index, columns=COLUMNS)
         for family, rows in query.groupby("family"):
             model = self.families.get(str(family))
             if model is None:
@@ -221,13 +242,14 @@ class Across:
                 ln = calibrated(model, rows, cal, facts, source)
                 interval, mode = model.few_interval, "few-shot"
             else:
-                ln = model.zero_shot_ln(rows, facts, source)
+                ln = model.chosen_ln(rows, facts, source)
                 interval, mode = model.zero_interval, "zero-shot"
             out.loc[rows.index, "ln"] = ln
             out.loc[rows.index, "low"] = np.exp(ln + interval[0])
             out.loc[rows.index, "high"] = np.exp(ln + interval[1])
             out.loc[rows.index, "mode"] = mode
             out.loc[rows.index, "source"] = source
+            out.loc[rows.index, "view"] = _view(model) if mode == "zero-shot" else mode
         out["time_s"] = np.exp(out["ln"].astype(float))
         return out
 
@@ -245,18 +267,24 @@ class Across:
             found = self.transfer.moved(str(key), target, facts)
             if found is not None:
                 ln, source = found
-                out.loc[index, ["ln", "low", "high", "mode", "source"]] = [
+                out.loc[index, COLUMNS] = [
                     ln,
                     np.exp(ln + lo),
                     np.exp(ln + hi),
                     "moved",
                     source,
+                    "nearest × ratio",
                 ]
+
+
+def _view(model: FamilyModel) -> str:
+    """Return the name of a family model's zero-shot view (learned where pickled before)."""
+    return str(getattr(model, "view", LEARNED))
 
 
 def _unpredicted(rows: pd.DataFrame) -> pd.DataFrame:
     """Return :meth:`Across.predict`'s frame for rows no model predicts: NaN throughout."""
-    out = pd.DataFrame(index=rows.index, columns=["ln", "low", "high", "mode", "source"])
+    out = pd.DataFrame(index=rows.index, columns=COLUMNS)
     out["time_s"] = np.nan
     return out
 
@@ -327,12 +355,16 @@ def fit_across(
     pool = pool_keys(frame)
     data: dict[str, pd.DataFrame] = {}
     kinds: dict[str, list[str]] = {}
+    times: dict[str, dict[str, dict[str, float]]] = {}
+    lows: dict[str, dict[str, dict[str, float]]] = {}
     for family, part in frame.groupby("family"):
         counts = part.groupby("kind").size()
         fitted = sorted(str(k) for k in counts[counts >= MIN_KIND_ROWS].index)
         if len(fitted) >= 2:
             kinds[str(family)] = fitted
             data[str(family)] = _sample(part[part["kind"].isin(fitted)], cap)
+            times[str(family)] = measured_times(part[part["kind"].isin(fitted)])
+            lows[str(family)] = floors(part[part["kind"].isin(fitted)])
     calibration = {f: calibration_keys(d, f, facts) for f, d in data.items()}
     from threadpoolctl import threadpool_limits
 
@@ -342,6 +374,8 @@ def fit_across(
         finals = dict(
             zip(data, pool_exec.map(lambda f: fit_family(f, data[f], facts), data), strict=True)
         )
+        for family, final in finals.items():
+            final.times, final.floors = times[family], lows[family]
         tasks = [(f, k) for f in data for k in kinds[f]]
         done = list(
             pool_exec.map(
@@ -354,6 +388,18 @@ def fit_across(
     folds: list[Fold] = []
     for family, final in finals.items():
         mine = [fold for fold in done if fold.family == family]
+        final.scores = [s for fold in mine for s in fold.scores]
+        final.view = choose(final.scores)
+        for fold in mine:  # each fold by the view chosen on the others: a choice it never saw
+            fold.model.view = choose(final.scores, without=fold.kind)
+            fold.scored["zero"] = view_ln(
+                fold.model,
+                fold.model.view,
+                fold.scored,
+                facts,
+                fold.source,
+                learned=fold.scored["learned"].to_numpy(np.float64),
+            )
         final.zero_interval, final.few_interval = fold_intervals(mine, level)
         if keep_folds:
             folds.extend(mine)
@@ -419,15 +465,18 @@ def _fold(
     profiles = {k: p for k, p in final.profiles.items() if k != kind}
     model = fit_family(family, others, facts, profiles)
     model.profiles = profiles
+    model.times, model.floors = final.times, final.floors
     mine = data[data["kind"] == kind]
     scored = scored_rows(mine, pool).copy()
     source = model.source_for(facts[kind], facts)
-    scored["zero"] = model.zero_shot_ln(scored, facts, source)
+    scored["learned"] = model.zero_shot_ln(scored, facts, source)
+    scored["zero"] = scored["learned"]
+    found = scores(model, kind, scored, facts, source, scored["learned"].to_numpy(np.float64))
     cal = mine[mine["key"].isin(keys)]
     query = scored[~scored["key"].isin(keys)]
     if len(cal) and len(query):
         scored.loc[query.index, "few"] = calibrated(model, query, cal, facts, source)
-    return Fold(kind, family, model, source, scored)
+    return Fold(kind, family, model, source, scored, found)
 
 
 def errors(ln_pred: np.ndarray, ln_true: np.ndarray) -> np.ndarray:
