@@ -240,9 +240,9 @@ def test_fold_intervals_leave_the_scored_gpu_out() -> None:
 
     folds = [fold("A", 0.1), fold("B", -0.2), fold("C", 0.3)]
     (zlo, zhi), (flo, fhi) = fold_intervals(folds, 0.9)
-    assert (zlo, zhi) == pytest.approx((-0.2, 0.3)) and flo < fhi
+    assert (zlo, zhi) == pytest.approx((-0.3, 0.3)) and flo < fhi  # a new GPU: off either way
     (zlo, zhi), _ = fold_intervals(folds, 0.9, without="C")  # C's own residuals widen nothing
-    assert (zlo, zhi) == pytest.approx((-0.2, 0.1))
+    assert (zlo, zhi) == pytest.approx((-0.2, 0.2))
 
 
 def test_a_family_on_one_gpu_is_not_fitted(frame: pd.DataFrame) -> None:
@@ -414,12 +414,6 @@ def test_training_learns_float16_apart_and_estimates_a_float16_model(
     assert out.code == 0, out.err
     est = json.loads(out.out)
     assert est["predictor"]["method"] == "across devices" and est["coverage_predicted"] > 0.9
-    views = est["predictor"]["views"]  # each family's chosen view, where a prediction is explained
-    assert set(views) == {"linear", "elementwise"} and all(views.values()), views
-    out = run_cli(
-        capsys, "estimate", "law-net", "--device-kind", TARGET, "--predict", "--db", db_url
-    )
-    assert f"linear by {views['linear']}" in " ".join(out.out.split())
     target16 = {TARGET: gpu_facts(TARGET, "float16")}
     law = float(roofline_s(config_frame(configs).assign(kind=TARGET), target16).sum())  # type: ignore[arg-type]
     assert abs(est["total_time_s"] / (law * EFFICIENCY[TARGET]) - 1) < 0.3  # the float16 law

@@ -15,9 +15,9 @@ training GPU nearest it (``devices.nearest``). A GPU with a few (**few-shot**,
 ``fewshot.calibrated``) mixes the bases to fit them. A training GPU predicts with its own.
 
 The interval of a prediction is split conformal over leave-one-GPU-out residuals (each training
-GPU predicted by the model of the others, zero-shot and few-shot): zero-shot, the widest of the
-GPUs' own ``(1 − level) / 2`` and ``(1 + level) / 2`` residual quantiles (a new GPU may be as far
-off as the worst); few-shot, the pooled quantiles. scikit-learn is imported inside functions.
+GPU predicted by the model of the others, zero-shot and few-shot): zero-shot, ± the largest of
+the GPUs' own ``level`` quantiles of |residual| (a new GPU may be as far off as the worst, either
+way); few-shot, the pooled quantiles. scikit-learn is imported inside functions.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class FamilyModel:
     rows: dict[str, int] = field(default_factory=dict)
     """Training rows per GPU."""
     zero_interval: tuple[float, float] = (-math.inf, math.inf)
-    """ln residual quantiles (low, high) of zero-shot predictions."""
+    """ln residual bounds (low, high) of zero-shot predictions (symmetric)."""
     few_interval: tuple[float, float] = (-math.inf, math.inf)
     """ln residual quantiles (low, high) of few-shot predictions."""
     view: View = LEARNED
