@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -197,6 +198,27 @@ def interval_ms(low: float | None, high: float | None, level: float | None) -> s
     return f"{text} ({level * 100:g} %)" if level is not None and math.isfinite(level) else text
 
 
+def predictor(who: Mapping[str, Any] | None) -> str:
+    """Name the predictor an estimate used: its version, mode, and each family's view.
+
+    ``who``: the estimate's ``predictor`` (``predict.across.store.describe`` for the
+    cross-device model), e.g. ``the cross-device model v3, zero-shot from 7 GPUs; linear by
+    nearest × ratio``.
+    """
+    if not who:
+        return DASH
+    version = who.get("version")
+    if who.get("method") != "across devices":
+        kind = who.get("device_kind") or ""
+        return f"the {kind} predictor v{version}, {who.get('samples')} configurations"
+    kinds = who.get("from_kinds") or []
+    text = f"the cross-device model v{version}, {who.get('mode')} from {plural(len(kinds), 'GPU')}"
+    views = who.get("views") or {}
+    if views:
+        text += "; " + ", ".join(f"{family} by {view}" for family, view in views.items())
+    return text
+
+
 FILTERS: dict[str, Any] = {
     "si": si,
     "percent": percent,
@@ -208,6 +230,7 @@ FILTERS: dict[str, Any] = {
     "source": source,
     "imported": imported,
     "plural": plural,
+    "predictor": predictor,
     "code": code,
     "describe": describe_config,
     "short_op": short_op,

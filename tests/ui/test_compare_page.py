@@ -144,3 +144,22 @@ def test_the_chart_is_linear_over_a_narrow_range_and_escapes_names() -> None:
 )
 def test_times_are_written_in_ms_without_an_exponent(seconds: float | None, text: str) -> None:
     assert fmt.ms(seconds) == text
+
+
+def test_a_page_names_the_predictor_and_each_family_s_view() -> None:
+    from api.ui.format import predictor
+
+    across = {
+        "method": "across devices",
+        "version": 3,
+        "mode": "zero-shot",
+        "from_kinds": ["Tesla T4", "Tesla P4"],
+        "views": {"bmm": "0.5 learned + 0.5 nearest × ratio^0.5", "linear": "nearest × ratio"},
+    }
+    assert predictor(across) == (
+        "the cross-device model v3, zero-shot from 2 GPUs; "
+        "bmm by 0.5 learned + 0.5 nearest × ratio^0.5, linear by nearest × ratio"
+    )
+    own = {"version": 2, "device_kind": "cpu", "samples": 40}
+    assert predictor(own) == "the cpu predictor v2, 40 configurations"
+    assert predictor(None) == "–"
