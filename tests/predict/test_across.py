@@ -281,6 +281,7 @@ def test_train_store_estimate_compare_calibrate(
     out = run_cli(capsys, "predict", "across", "train", "--db", db_url)
     assert out.code == 0, out.err
     assert "cross-device model v1" in out.out and "linear" in out.out
+    assert "zero-shot by" in out.out + out.err  # each family's chosen view, as it is fitted
     out = run_cli(
         capsys, "estimate", "law-net", "--device-kind", TARGET, "--predict", "--db", db_url
     )

@@ -406,7 +406,10 @@ def fit_across(
         if keep_folds:
             folds.extend(mine)
         if progress:
-            progress(f"{family}: {len(data[family])} rows on {len(kinds[family])} GPUs")
+            progress(
+                f"{family}: {len(data[family])} rows on {len(kinds[family])} GPUs, "
+                f"zero-shot by {final.view}"
+            )
     used = {k for m in finals.values() for k in m.offsets}
     rest = frame[~frame["family"].isin(list(finals))]
     transfer = fit_transfer(rest, facts, level) if len(rest) else None
