@@ -102,7 +102,7 @@ def test_on_every_fold_no_family_loses_to_the_baseline(
     across_flat: tuple[Across, pd.DataFrame],
 ) -> None:
     from operator_db.predict.across.evaluate import _baselines
-    from operator_db.predict.across.train import errors, target_ln
+    from operator_db.predict.across.model import errors, target_ln
 
     across, frame = across_flat
     assert across.folds
