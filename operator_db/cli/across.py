@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from operator_db.cli.common import DatabaseOption, console, err_console, open_store
+
+if TYPE_CHECKING:  # a command's imports wait for the command (the CLI starts at once)
+    import pandas as pd
+
+    from operator_db.predict.across.evaluate import Run
+    from operator_db.predict.devices import GpuFacts
 
 app = typer.Typer(
     help="The cross-device model: a GPU predicted from other GPUs' results and its spec sheet.",
@@ -87,25 +93,45 @@ def evaluate(
     cap: CapOption = 3000,
     level: LevelOption = 0.9,
     dtype: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="The element type: float32 (every table), or float16 (leave one GPU out over "
-            "the GPUs with float16 results, e.g. Vidur's)."
+            "the GPUs with float16 results, e.g. Vidur's); default: both, each where it has "
+            "results."
         ),
-    ] = "float32",
+    ] = None,
     db: DatabaseOption = None,
 ) -> None:
-    """Print the held-out, leave-one-GPU-out, other-GPU and whole-model tables."""
-    from operator_db.predict.across import evaluate as ev
+    """Print the held-out, leave-one-GPU-out, other-GPU and whole-model tables, then float16's."""
     from operator_db.predict.across.store import evaluation_frame, measured_runs
-    from operator_db.predict.across.train import fit_across
 
-    if dtype != "float32":
+    if dtype not in (None, "float32"):
         _evaluate_dtype(dtype, cap, level, db)
         return
     with open_store(db) as store, store.transaction() as session:
         frame, facts = evaluation_frame(session)
         runs = measured_runs(session, facts)
+        half = len(set(evaluation_frame(session, "float16")[0].get("kind", [])))
+    if len(frame) or dtype == "float32":
+        _evaluate_float32(frame, facts, runs, held_out, other_db, data, cap, level)
+    if dtype is None and half >= 2:
+        _evaluate_dtype("float16", cap, level, db)
+
+
+def _evaluate_float32(
+    frame: pd.DataFrame,
+    facts: dict[str, GpuFacts],
+    runs: list[Run],
+    held_out: list[str] | None,
+    other_db: str | None,
+    data: Path | None,
+    cap: int,
+    level: float,
+) -> None:
+    """Print the float32 tables: held-out GPUs, leave one GPU out, other GPUs, whole models."""
+    from operator_db.predict.across import evaluate as ev
+    from operator_db.predict.across.train import fit_across
+
     held = [k for k in (held_out or DEFAULT_HELD_OUT) if k in set(frame.get("kind", []))]
     table, _ = ev.held_out_table(
         frame, facts, held, cap=cap, level=level, progress=err_console.print

@@ -418,3 +418,8 @@ def test_training_learns_float16_apart_and_estimates_a_float16_model(
     target16 = {TARGET: gpu_facts(TARGET, "float16")}
     law = float(roofline_s(config_frame(configs).assign(kind=TARGET), target16).sum())  # type: ignore[arg-type]
     assert abs(est["total_time_s"] / (law * EFFICIENCY[TARGET]) - 1) < 0.3  # the float16 law
+    # the evaluation: float32's tables, then float16's block, each fold with its chosen view
+    out = run_cli(capsys, "predict", "across", "evaluate", "--db", db_url)
+    assert out.code == 0, out.err
+    assert "Leave one GPU out:" in out.out and "Leave one GPU out (float16)" in out.out
+    assert out.out.count("chosen view") == 3  # held-out GPUs, leave one out, float16
