@@ -35,11 +35,18 @@ def test_view_names() -> None:
 
 
 def test_moving_a_time_by_the_ratio_its_power_and_above_its_floor() -> None:
-    src = Source(np.array([10e-6, 100e-6]), np.array([0.5, 0.5]), np.array([4e-6, 4e-6]))
+    src = Source(
+        measured_s=np.array([10e-6, np.nan]),  # the second one's time is its profile's
+        time_s=np.array([10e-6, 100e-6]),
+        ratio=np.array([0.5, 0.5]),
+        low_s=np.array([4e-6, 4e-6]),
+    )
     assert np.exp(src.moved_ln(View(0.0))) == pytest.approx([5e-6, 50e-6])
     assert np.exp(src.moved_ln(View(0.0, power=0.0))) == pytest.approx([10e-6, 100e-6])
     # only the part above the 4 µs floor moves: 4 + 6 × 0.5, 4 + 96 × 0.5
     assert np.exp(src.moved_ln(View(0.0, floor=True))) == pytest.approx([7e-6, 52e-6])
+    assert np.exp(src.baseline_ln()[0]) == pytest.approx(5e-6)  # measured only
+    assert np.isnan(src.baseline_ln()[1])
     assert np.exp(src.moved_ln(View(0.0, power=0.5))) == pytest.approx(
         [10e-6 * math.sqrt(0.5), 100e-6 * math.sqrt(0.5)]
     )
@@ -102,7 +109,8 @@ def test_on_every_fold_no_family_loses_to_the_baseline(
     across_flat: tuple[Across, pd.DataFrame],
 ) -> None:
     from operator_db.predict.across.evaluate import _baselines
-    from operator_db.predict.across.model import errors, target_ln
+    from operator_db.predict.across.metrics import errors
+    from operator_db.predict.across.model import target_ln
 
     across, frame = across_flat
     assert across.folds

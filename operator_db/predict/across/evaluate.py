@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from operator_db.predict.across.features import roofline_s
-from operator_db.predict.across.model import CAP, LEVEL, summary, target_ln
+from operator_db.predict.across.metrics import summary
+from operator_db.predict.across.model import CAP, LEVEL, target_ln
 from operator_db.predict.across.train import Across, fit_across, fold_intervals
 from operator_db.predict.across.views import baseline_ln, measured_times
 from operator_db.predict.devices import GpuFacts

@@ -360,10 +360,11 @@ def fit_across(
         counts = part.groupby("kind").size()
         fitted = sorted(str(k) for k in counts[counts >= MIN_KIND_ROWS].index)
         if len(fitted) >= 2:
+            theirs = part[part["kind"].isin(fitted)]
             kinds[str(family)] = fitted
-            data[str(family)] = _sample(part[part["kind"].isin(fitted)], cap)
-            times[str(family)] = measured_times(part[part["kind"].isin(fitted)])
-            lows[str(family)] = floors(part[part["kind"].isin(fitted)])
+            data[str(family)] = _sample(theirs, cap)
+            times[str(family)] = measured_times(theirs)
+            lows[str(family)] = floors(theirs)
     calibration = {f: calibration_keys(d, f, facts) for f, d in data.items()}
     from threadpoolctl import threadpool_limits
 

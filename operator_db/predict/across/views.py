@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from operator_db.predict.across.features import roofline_s
+from operator_db.predict.across.metrics import errors
 from operator_db.predict.devices import GpuFacts
 
 
@@ -124,8 +125,10 @@ def floors(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
 class Source:
     """What the nearest views move: the source GPU's times of some rows, and the ratio."""
 
+    measured_s: np.ndarray
+    """Its measured time of each row's configuration, NaN where it has none, s."""
     time_s: np.ndarray
-    """Its measured time of each row's configuration, else its profile's, s."""
+    """Its measured time, else its profile's, s."""
     ratio: np.ndarray
     """The rows' roofline bound on their GPU over that on the source."""
     low_s: np.ndarray
@@ -139,20 +142,33 @@ class Source:
             return np.asarray(np.log(low + (self.time_s - low) * factor))
         return np.asarray(np.log(self.time_s * factor))
 
+    def baseline_ln(self) -> np.ndarray:
+        """Return ln of the measured time × the whole ratio (the baseline), NaN where none."""
+        return np.asarray(np.log(self.measured_s * self.ratio))
+
+
+def roofline_ratio(frame: pd.DataFrame, facts: Mapping[str, GpuFacts], source: str) -> np.ndarray:
+    """Return each row's roofline bound on its GPU (``kind``) over that on ``source``."""
+    return np.asarray(roofline_s(frame, facts) / roofline_s(frame.assign(kind=source), facts))
+
+
+def _measured(
+    frame: pd.DataFrame, source: str, times: Mapping[str, Mapping[str, float]]
+) -> np.ndarray:
+    """Return ``source``'s measured time of each row's configuration, NaN where none, s."""
+    return np.asarray(frame["key"].astype(str).map(times.get(source, {})).to_numpy(np.float64))
+
 
 def source_of(
     model: FamilyModel, frame: pd.DataFrame, facts: Mapping[str, GpuFacts], source: str
 ) -> Source:
     """Return ``source``'s times of ``frame``'s rows and their roofline ratio to the rows' GPU."""
-    there = model.times.get(source, {})
-    roof_target = roofline_s(frame, facts)
-    roof_source = roofline_s(frame.assign(kind=source), facts)
     profile = np.exp(model.profile_ln(source, frame.assign(kind=source), facts))
-    got = frame["key"].astype(str).map(there).to_numpy(np.float64)
+    got = _measured(frame, source, model.times)
     t_src = np.where(np.isnan(got), profile, got)
     mine = model.floors.get(source) or {"": 0.0}
     low = frame["op"].astype(str).map(mine).fillna(min(mine.values())).to_numpy(np.float64)
-    return Source(t_src, roof_target / roof_source, low)
+    return Source(got, t_src, roofline_ratio(frame, facts, source), low)
 
 
 def view_ln(
@@ -188,16 +204,14 @@ def baseline_ln(
     times: Mapping[str, Mapping[str, float]],
 ) -> np.ndarray:
     """Return ln of ``source``'s measured time × the roofline ratio, NaN where it has none."""
-    got = frame["key"].astype(str).map(times.get(source, {})).to_numpy(np.float64)
-    ratio = roofline_s(frame, facts) / roofline_s(frame.assign(kind=source), facts)
-    return np.asarray(np.log(got * ratio))
+    got = _measured(frame, source, times)
+    return np.asarray(np.log(got * roofline_ratio(frame, facts, source)))
 
 
 def _median_pct(ln_pred: np.ndarray, ln_true: np.ndarray) -> float:
+    """Return the median |error| % of the rows with a prediction (NaN where none has)."""
     ok = ~np.isnan(ln_pred)
-    if not ok.any():
-        return float("nan")
-    return float(np.median(np.abs(np.exp(ln_pred[ok] - ln_true[ok]) - 1)) * 100)
+    return float(np.median(errors(ln_pred[ok], ln_true[ok]))) if ok.any() else float("nan")
 
 
 @dataclass(frozen=True)
@@ -224,8 +238,8 @@ def scores(
     with ``time_s``; ``learned``: their learned ln.
     """
     y = np.log(scored["time_s"].to_numpy(np.float64))
-    base = _median_pct(baseline_ln(scored, facts, source, model.times), y)
     moved = source_of(model, scored, facts, source)
+    base = _median_pct(moved.baseline_ln(), y)
     return [
         Score(
             kind,
