@@ -6,6 +6,7 @@ overview shows a kind's spec peaks as the roofline uses them (``roofline.peaks.K
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,9 @@ from sqlalchemy.orm import Session
 from api.ui import trust
 from operator_db.db import queries
 from operator_db.db.models import DeviceKind
+from operator_db.estimate.compose import estimate_model
+from operator_db.estimate.options import EstimateOptions
+from operator_db.estimate.rows import finite_values
 from operator_db.roofline.peaks import kind_peaks
 
 CONFIG_MODELS = 50
@@ -60,11 +64,14 @@ def trust_of(session: Session, name: str, estimate: Any) -> dict[str, Any]:
 
     ``args``: each configuration's arguments by key (its one-line description); ``doubtful``,
     ``flag_shares``, ``legend``: the share of time from flagged figures and what each flag
-    means (``trust``); ``looped_alone``: what operators timed alone leave out.
+    means (``trust``); ``looped_alone``: what operators timed alone leave out, where it
+    applies (``trust.looped_alone``).
     """
     rows = estimate.configurations if estimate is not None else []
     args: dict[str, Any] = {}
+    kind_type = None
     if estimate is not None:
+        kind_type = queries.get_device_kind(session, estimate.device_kind).type
         model_id = queries.get_model(session, name).id
         args = {c.config.key: c.config.args for c in queries.model_configs(session, model_id)}
     return {
@@ -72,5 +79,34 @@ def trust_of(session: Session, name: str, estimate: Any) -> dict[str, Any]:
         "doubtful": trust.doubtful_share(rows),
         "flag_shares": trust.flag_shares(rows),
         "legend": trust.legend(trust.flags_in(rows)),
-        "looped_alone": trust.LOOPED_ALONE,
+        "looped_alone": trust.looped_alone(kind_type, getattr(estimate, "sources", None)),
     }
+
+
+def kind_summaries(
+    session: Session, name: str, kinds: Sequence[str], between_ops_warn: float
+) -> dict[str, Any]:
+    """Return the estimate's summary of the model on each kind (the API's figures), by kind.
+
+    What the model page's other kinds need: no ranking and paging of their configurations.
+    """
+    options = EstimateOptions(peaks="best", between_ops_warn=between_ops_warn)
+    return {
+        kind: finite_values(estimate_model(session, name, kind, options).summary())
+        for kind in kinds
+    }
+
+
+def rank_s(summary: Any) -> float:
+    """Return what ranks a kind on the model page, s: its run, else its estimate (none: last).
+
+    ``summary``: an estimate's summary (a dict) or the API's ``EstimateOut``; None for the
+    kind asked for before its estimate is made (first).
+    """
+    if summary is None:
+        return -math.inf
+    for field in ("full_run_time_s", "total_time_s"):
+        value = summary.get(field) if isinstance(summary, dict) else getattr(summary, field, None)
+        if isinstance(value, int | float) and value > 0:
+            return float(value)
+    return math.inf

@@ -34,9 +34,6 @@ from operator_db.config import Settings
 from operator_db.db import queries, queue
 from operator_db.db.models import JOB_STATUSES
 from operator_db.errors import InvalidInputError, NotFoundError, OperatorDBError
-from operator_db.estimate.compose import estimate_model
-from operator_db.estimate.options import EstimateOptions
-from operator_db.estimate.rows import finite_values
 
 HERE = Path(__file__).resolve().parent
 JOBS_PAGE = 100
@@ -208,7 +205,9 @@ def model_page(
 ) -> HTMLResponse:
     """Show a model: each kind it has figures on, its estimate against its run, side by side.
 
-    For the chosen kind (``device_kind``, else the first): the breakdown by operator type, the
+    The kinds come fastest first: by the whole-model run where one is measured, else by the
+    estimate (as the comparison across GPUs ranks them). For the chosen kind (``device_kind``,
+    else the fastest): the breakdown by operator type, the
     roofline and the configurations with their figures' sources; with ``predict``, its
     configurations not measured there are predicted by the kind's newest predictor (the API's
     ``predict=true``).
@@ -218,21 +217,12 @@ def model_page(
     kinds = [k.device_kind for k in detail.device_kinds]
     # A kind asked for without figures is said to be so, never replaced by another kind.
     missing = device_kind if device_kind and device_kind not in kinds else None
-    chosen = device_kind if device_kind in kinds else (kinds[0] if kinds and not missing else None)
-    # The other kinds' rows need the estimate's summary only: the API's figures, without
-    # ranking and paging their configurations.
-    estimates: dict[str, Any] = {
-        kind: finite_values(
-            estimate_model(
-                session,
-                name,
-                kind,
-                EstimateOptions(peaks="best", between_ops_warn=settings.estimate_between_ops_warn),
-            ).summary()
-        )
-        for kind in kinds
-        if kind != chosen
-    }
+    asked = device_kind if device_kind in kinds else None
+    estimates: dict[str, Any] = context.kind_summaries(
+        session, name, [k for k in kinds if k != asked], settings.estimate_between_ops_warn
+    )
+    kinds.sort(key=lambda kind: context.rank_s(estimates.get(kind)))
+    chosen = asked or (kinds[0] if kinds and not missing else None)
     if chosen is not None:
         try:
             estimates[chosen] = models.get_estimate(
@@ -244,6 +234,11 @@ def model_page(
                 name, session, settings, device_kind=chosen, limit=1000
             )
     estimate = estimates.get(chosen) if chosen else None
+    kinds.sort(key=lambda kind: context.rank_s(estimates.get(kind)))
+    # "Predict" is offered only where a predictor can answer (pandas and scikit-learn aside).
+    from operator_db.predict.mix import can_predict
+
+    predictable = chosen is not None and can_predict(session, chosen)
     return render(
         request,
         "model.html",
@@ -254,6 +249,7 @@ def model_page(
         missing=missing,
         estimate=estimate,
         predict=predict,
+        predictable=predictable,
         predicted_note=predicted_note,
         **context.trust_of(session, name, estimate),
     )

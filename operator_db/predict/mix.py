@@ -73,6 +73,24 @@ def describe(predictor: Predictor) -> dict[str, Any]:
     }
 
 
+def can_predict(session: Session, device_kind: str) -> bool:
+    """Whether :func:`predicted_for` has a predictor for the kind, without loading one.
+
+    The kind's own predictor, or the cross-device model for a GPU it can place (a spec sheet).
+
+    Raises:
+        NotFoundError: unknown kind.
+    """
+    from operator_db.predict.devices import gpu_facts
+
+    kind = queries.get_device_kind(session, device_kind)
+    if queries.has_predictor(session, kind.id):
+        return True
+    if gpu_facts(kind.name) is None:
+        return False
+    return queries.latest_cross_predictor(session, with_model=False) is not None
+
+
 def predicted_for(
     session: Session, model_name: str, device_kind: str, *, required: bool = True
 ) -> Predicted | None:

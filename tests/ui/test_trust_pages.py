@@ -18,6 +18,7 @@ from sqlalchemy import select
 
 from api.app import create_app
 from api.ui import format as fmt
+from api.ui import trust
 from api.ui.svg import time_series_svg
 from operator_db.config import Settings
 from operator_db.db import queries
@@ -25,6 +26,7 @@ from operator_db.db.ingest import ingest_specs
 from operator_db.db.models import FullModelRun, Model, utcnow
 from operator_db.db.store import Store
 from operator_db.measure.flags import MEANING, Flag
+from operator_db.predict import mix
 from operator_db.roofline.chips import match_chip
 from operator_db.roofline.record import store_spec_peaks
 from operator_db.specs.io import load_spec
@@ -131,7 +133,18 @@ def test_a_looped_alone_estimate_is_warned_of(client: TestClient) -> None:
     api = client.get(f"/models/{OTHER}/estimate", params={"device_kind": KINDS[0]}).json()
     assert api["context"] == "alone" and api["total_time_s"] is not None
     warning = _item(html, "id", "looped-alone")
-    assert "looped alone" in warning and "13 % to 26 % below" in warning
+    assert "looped alone" in warning
+    # The CPU's own figures are said on a CPU only (the seeded kinds are fake GPUs).
+    assert "13 % to 26 % below" not in warning
+
+
+def test_what_timing_alone_leaves_out_is_said_where_it_applies() -> None:
+    """Finding: the CPU's "13–26 % below" showed on imported GPU figures."""
+    assert "13 % to 26 % below" in trust.looped_alone("cpu", {"measured": 4})
+    assert "13 % to 26 % below" not in trust.looped_alone("gpu", {"measured": 4})
+    imported = trust.looped_alone("cpu", {"neusight": 9})
+    assert "imported from (neusight)" in imported and "13 %" not in imported
+    assert trust.looped_alone("gpu", None) == trust.LOOPED_ALONE
 
 
 def test_configurations_show_shapes_and_how_each_figure_was_timed(
@@ -162,10 +175,16 @@ def test_a_kind_without_figures_is_said_and_never_another(client: TestClient) ->
     assert 'class="current"' not in html  # no other kind chosen in its place
 
 
-def test_predict_is_offered_only_where_something_is_unmeasured(client: TestClient) -> None:
-    """Finding: "Predict the unmeasured" on a fully measured model, answered with backticks."""
+def test_predict_is_offered_only_where_something_is_unmeasured(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Findings: "Predict the unmeasured" on a fully measured model, answered with backticks;
+    offered where no predictor exists, leading to "No prediction"."""
     whole = client.get(f"/ui/models/{MODEL}", params={"device_kind": KINDS[0]}).text
     assert "Predict the" not in whole
+    partial = client.get(f"/ui/models/{WHOLE}", params={"device_kind": KINDS[0]}).text
+    assert "Predict the" not in partial  # no predictor for the kind: nothing to offer
+    monkeypatch.setattr(mix, "can_predict", lambda session, kind: True)
     partial = client.get(f"/ui/models/{WHOLE}", params={"device_kind": KINDS[0]}).text
     assert "Predict the 4 unmeasured configurations" in partial
     asked = client.get(f"/ui/models/{WHOLE}", params={"device_kind": KINDS[0], "predict": True})

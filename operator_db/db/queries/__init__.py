@@ -77,6 +77,7 @@ from operator_db.db.queries.points import (
 from operator_db.db.queries.predictors import (
     add_cross_predictor,
     add_predictors,
+    has_predictor,
     latest_cross_predictor,
     latest_predictors,
     list_predictors,
@@ -154,6 +155,7 @@ __all__ = [
     "configs_by_ids",
     "add_cross_predictor",
     "add_predictors",
+    "has_predictor",
     "latest_cross_predictor",
     "latest_predictors",
     "list_predictors",

@@ -18,6 +18,12 @@ def next_predictor_version(session: Session, kind_id: int) -> int:
     return (newest or 0) + 1
 
 
+def has_predictor(session: Session, kind_id: int) -> bool:
+    """Whether a predictor of kind ``kind_id`` was ever stored (no model is read)."""
+    found = session.scalar(select(Predictor.id).where(Predictor.device_kind_id == kind_id).limit(1))
+    return found is not None
+
+
 def add_predictors(session: Session, rows: Sequence[Predictor]) -> None:
     """Store the rows of one training run (one version of one kind)."""
     session.add_all(rows)
