@@ -14,10 +14,12 @@ class CompareRowOut(BaseModel):
     """The model on one device kind: its time and energy there, and how they are known."""
 
     device_kind: str
-    how: Literal["measured", "measured run", "predicted"] = Field(
-        description="'measured': composed from the kind's own (or imported) results of its "
-        "configurations; 'measured run': only the whole model was measured there; 'predicted': "
-        "by the cross-device model."
+    how: Literal["measured", "imported", "measured run", "imported run", "predicted"] = Field(
+        description="Who gave the figure. 'measured': composed from operator-db's own results "
+        "of the model's configurations on the kind; 'imported': from a data set's results "
+        "(named in 'source'; whichever gave more configurations); 'measured run' / 'imported "
+        "run': only the whole model was measured there, here or in a data set; 'predicted': by "
+        "the cross-device model."
     )
     time_s: float | None = Field(description="Per forward (training: step) of the model, s.")
     low_s: float | None = Field(
@@ -39,6 +41,35 @@ class CompareRowOut(BaseModel):
         description="A measured run of the whole model on the kind, s."
     )
     level: float | None = Field(description="Nominal coverage of the interval (0.9: 90 %).")
+    rank_s: float | None = Field(
+        default=None,
+        description="What ranks the kind, s: its whole-model run where one is measured, else "
+        "its estimate. The rows come fastest first by it.",
+    )
+    run_error: float | None = Field(
+        default=None,
+        description="(estimate − run) / run, a signed fraction, where the kind has both.",
+    )
+    run_error_low: float | None = Field(
+        default=None,
+        description="The error's 95 % interval, low end; null where the estimate or the run is "
+        "a single figure without spread (imported as one number).",
+    )
+    run_error_high: float | None = Field(default=None, description="The interval's high end.")
+    run_verdict: Literal["within noise", "beyond noise", "no interval"] | None = Field(
+        default=None,
+        description="Whether the estimate and the run agree within both sides' noise; 'no "
+        "interval' where a side has no spread; null without a run.",
+    )
+    run_error_text: str | None = Field(
+        default=None,
+        description="The error against the run in words, as the CLI and the page give it.",
+    )
+    flips_with: list[str] = Field(
+        default_factory=list,
+        description="Kinds whose whole-model runs are in the other order than the two estimates "
+        "put them: the estimate alone would rank these two wrong.",
+    )
 
 
 class CompareOut(BaseModel):

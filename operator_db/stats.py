@@ -273,6 +273,23 @@ def describe_error(interval: Interval) -> str:
     return f"{format_percent(interval)}, {noise_verdict(interval)}"
 
 
+def format_ms(seconds: float | None, dash: str = "–") -> str:
+    """Write a time in seconds as milliseconds without an exponent: ``76.5``, ``1,234``.
+
+    Three significant digits below 100 ms, whole milliseconds with thousands separators above;
+    ``dash`` where there is no figure. The CLI and the pages write times with this one function.
+    """
+    if seconds is None or not math.isfinite(seconds):
+        return dash
+    milli = seconds * 1e3
+    if milli == 0:
+        return "0"
+    if abs(milli) >= 100:
+        return f"{milli:,.0f}"
+    digits = 2 - math.floor(math.log10(abs(milli)))  # three significant digits
+    return f"{milli:.{digits}f}"
+
+
 def format_percent(interval: Interval) -> str:
     """Return e.g. ``−9.5 % (−14.0 … −5.0 %, 95 %)`` for an interval of a ratio."""
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from operator_db.stats import format_ms
+
 _PREFIXES: tuple[tuple[float, str], ...] = (
     (1e18, "E"),
     (1e15, "P"),
@@ -179,15 +181,7 @@ def imported(value: str | None) -> bool:
 
 def ms(value: float | None) -> str:
     """Write a time in seconds as milliseconds, without an exponent (``76.5``, ``1,234``)."""
-    if value is None or not math.isfinite(value):
-        return DASH
-    milli = value * 1e3
-    if milli == 0:
-        return "0"
-    if abs(milli) >= 100:
-        return f"{milli:,.0f}"
-    digits = 2 - math.floor(math.log10(abs(milli)))  # three significant digits
-    return f"{milli:.{digits}f}"
+    return format_ms(value, DASH)
 
 
 def interval_ms(low: float | None, high: float | None, level: float | None) -> str:

@@ -97,9 +97,17 @@ def _dt(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, tz=UTC)
 
 
-HOW_COLORS = {"measured": "#1b6ac9", "measured run": "#15803d", "predicted": "#c2410c"}
+HOW_COLORS = {
+    "measured": "#1b6ac9",
+    "imported": "#6d28d9",
+    "measured run": "#15803d",
+    "imported run": "#0f766e",
+    "predicted": "#c2410c",
+}
 """A bar's colour by how its time is known (the legend's order)."""
 BAR_WIDTH, LABEL_W, VALUE_W, ROW_H, TOP, AXIS_H = 740, 230, 80, 24, 30, 40
+LEGEND_X, LEGEND_STEP = 10, 120
+"""The legend's first entry and the step between entries (six fit: five hows and the run)."""
 LABEL_CHARS = 30
 """A kind's name in the chart is cut past this (its whole name is in the bar's title)."""
 LOG_RATIO = 10.0
@@ -117,7 +125,12 @@ def compare_svg(model: str, rows: Sequence[CompareRowOut]) -> str:
     timed = [r for r in rows if r.time_s is not None and r.time_s > 0]
     if not timed:
         return ""
-    values = [v for r in timed for v in (r.time_s, r.low_s, r.high_s) if v is not None and v > 0]
+    values = [
+        v
+        for r in timed
+        for v in (r.time_s, r.low_s, r.high_s, r.full_run_s)
+        if v is not None and v > 0
+    ]
     ticks, position, scale = _axis(min(values), max(values))
     x0, x1 = LABEL_W, BAR_WIDTH - VALUE_W
     axis_y = TOP + len(timed) * ROW_H + 4
@@ -137,11 +150,17 @@ def compare_svg(model: str, rows: Sequence[CompareRowOut]) -> str:
     ]
     hows = [h for h in HOW_COLORS if any(r.how == h for r in timed)]
     for i, how in enumerate(hows):
-        lx = x0 + 130 * i
+        lx = LEGEND_X + LEGEND_STEP * i
         parts.append(
             f'<g class="legend" data-how="{escape(how)}"><rect x="{lx}" y="8" width="12" '
             f'height="12" {_bar_style(how)}/><text x="{lx + 17}" y="18" class="label">'
             f"{escape(how)}</text></g>"
+        )
+    if any(_run_marked(r) for r in timed):
+        lx = LEGEND_X + LEGEND_STEP * len(hows)
+        parts.append(
+            f'<g class="legend" data-how="run"><path class="run-marker" d="M{lx + 6},6V22"/>'
+            f'<text x="{lx + 17}" y="18" class="label">whole-model run</text></g>'
         )
     for tick in ticks:
         tx = x(tick)
@@ -190,11 +209,25 @@ def _bar(row: CompareRowOut, y: int, x: Callable[[float], float]) -> str:
             f"M{lo:.1f},{mid - 5:.1f}V{mid + 5:.1f}M{hi:.1f},{mid - 5:.1f}V{mid + 5:.1f}"
             '"/>'
         )
+    if _run_marked(row):
+        assert row.full_run_s is not None
+        rx = x(row.full_run_s)
+        right = max(right, rx)
+        parts.append(
+            f'<path class="run-marker" d="M{rx:.1f},{y + 1}V{y + ROW_H - 1}">'
+            f"<title>{escape(row.device_kind)}: whole-model run {ms(row.full_run_s)} ms"
+            f"{'; ' + escape(row.run_error_text) if row.run_error_text else ''}</title></path>"
+        )
     parts.append(
         f'<text x="{right + 6:.1f}" y="{mid + 4:.1f}" class="label">'
         f"{escape(ms(row.time_s))} ms</text></g>"
     )
     return "".join(parts)
+
+
+def _run_marked(row: CompareRowOut) -> bool:
+    """Whether the bar gets a marker at the kind's whole-model run (not where it is the bar)."""
+    return row.full_run_s is not None and row.full_run_s > 0 and not row.how.endswith(" run")
 
 
 def _bar_style(how: str) -> str:

@@ -272,15 +272,20 @@ def compare(
 ) -> None:
     """MODEL on every known device kind: measured or predicted, interval, bound, source."""
     from operator_db.predict.across.compare import compare as compare_kinds
+    from operator_db.stats import format_ms
 
     with open_store(db) as store, store.transaction() as session:
         rows = compare_kinds(session, model, on_error=lambda k, m: err_console.print(f"{k}: {m}"))
-    table = Table(title=f"{model} on every device kind (fastest first)")
+    table = Table(
+        title=f"{model} on every device kind, fastest first (by its run where one is measured)"
+    )
     for name in (
         "device kind",
         "how",
         "time ms",
         "interval ms",
+        "run ms",
+        "error vs run",
         "energy J",
         "bound by",
         "coverage",
@@ -289,15 +294,17 @@ def compare(
         table.add_column(name)
     for r in rows:
         interval = (
-            f"{r.low_s * 1e3:.3g} … {r.high_s * 1e3:.3g}"
+            f"{format_ms(r.low_s)} … {format_ms(r.high_s)}"
             if r.low_s is not None and r.high_s is not None
             else "—"
         )
         table.add_row(
             r.device_kind,
             r.how,
-            "—" if r.time_s is None else f"{r.time_s * 1e3:.3g}",
+            format_ms(r.time_s, "—"),
             interval,
+            format_ms(r.full_run_s, "—"),
+            r.run_error_text or "—",
             "—" if r.energy_j is None else f"{r.energy_j:.3g}",
             r.bound_by or "—",
             f"{r.coverage:.0%}",
@@ -305,5 +312,11 @@ def compare(
             end_section=False,
         )
     console.print(table, soft_wrap=True)
+    for r in rows:
+        if r.flips_with:
+            console.print(
+                f"order flipped: the estimates put {r.device_kind} the other way round from "
+                f"its run against {', '.join(r.flips_with)}; the runs rank them"
+            )
     if not rows:
         console.print("no kind has figures for this model")

@@ -128,11 +128,12 @@ class Estimate:
 
     @property
     def time_error_interval(self) -> Interval | None:
-        """``time_error`` with its interval (95 %): both sides' noise; holds 0 within noise."""
-        mine, run = self.time_interval, self.full_run_interval
-        if mine is None or run is None or mine.value <= 0 or run.value <= 0:
-            return None
-        return error_interval(mine, run)
+        """``time_error`` with its interval (95 %): both sides' noise; holds 0 within noise.
+
+        None where either side has no interval, or neither has a spread (figures imported as
+        one number each): a zero-width interval would call any error beyond noise.
+        """
+        return _error_interval(self.time_interval, self.full_run_interval)
 
     @property
     def energy_interval(self) -> Interval | None:
@@ -158,12 +159,9 @@ class Estimate:
     @property
     def energy_error_interval(self) -> Interval | None:
         """``energy_error`` with its interval (95 %): both sides' trials; holds 0 within noise."""
-        mine, run = self.energy_interval, self.full_run_energy_interval
-        if mine is None or run is None or mine.value <= 0 or run.value <= 0:
-            return None
         if self.energy_error is None:
             return None
-        return error_interval(mine, run)
+        return _error_interval(self.energy_interval, self.full_run_energy_interval)
 
     @property
     def between_ops_share(self) -> float | None:
@@ -375,6 +373,15 @@ class Estimate:
             "warnings": self.warnings,
             "notes": self.notes,
         }
+
+
+def _error_interval(mine: Interval | None, run: Interval | None) -> Interval | None:
+    """Return ``mine``'s error against ``run`` with its interval; None without one of width."""
+    if mine is None or run is None or mine.value <= 0 or run.value <= 0:
+        return None
+    if mine.high <= mine.low and run.high <= run.low:
+        return None
+    return error_interval(mine, run)
 
 
 def _noise_fields(

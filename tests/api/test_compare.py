@@ -65,16 +65,33 @@ def test_a_measured_kind_is_listed_with_the_estimate_it_comes_from(client: TestC
         "source",
         "full_run_s",
         "level",
+        "rank_s",
+        "run_error",
+        "run_error_low",
+        "run_error_high",
+        "run_verdict",
+        "run_error_text",
+        "flips_with",
     }
-    assert (row["device_kind"], row["how"]) == (T4, "measured")
+    # Most of its figures are the data set's (one is also measured here): imported, and said.
+    assert (row["device_kind"], row["how"]) == (T4, "imported")
     assert (row["low_s"], row["high_s"], row["level"]) == (None, None, None)
-    assert "neusight" in row["source"]
+    assert row["source"] == "own measurements, imported: neusight"
     estimate = client.get(
         f"/models/{NS_MODEL}/estimate", params={"device_kind": T4, "aggregate": "median"}
     ).json()
     assert row["time_s"] == pytest.approx(estimate["total_time_s"])
     assert row["coverage"] == pytest.approx(estimate["coverage"])
     assert row["full_run_s"] == pytest.approx(estimate["full_run_time_s"])
+    # The run ranks the kind; the error against it is the estimate's own.
+    assert row["rank_s"] == pytest.approx(row["full_run_s"])
+    assert row["run_error"] == pytest.approx(estimate["time_error"])
+    assert row["flips_with"] == []
+    if estimate["time_error_interval"] is None:
+        assert row["run_verdict"] == "no interval"
+        assert "no interval: imported as one figure" in row["run_error_text"]
+    else:
+        assert row["run_error_low"] == pytest.approx(estimate["time_error_interval"]["low"])
 
 
 def test_a_model_without_results_has_no_rows(client: TestClient) -> None:
@@ -141,5 +158,11 @@ def test_the_openapi_document_describes_the_comparison(client: TestClient) -> No
     assert operation["operationId"] == "get_comparison"
     assert "404" in operation["responses"]
     rows = schema["components"]["schemas"]["CompareRowOut"]["properties"]
-    assert rows["how"]["enum"] == ["measured", "measured run", "predicted"]
+    assert rows["how"]["enum"] == [
+        "measured",
+        "imported",
+        "measured run",
+        "imported run",
+        "predicted",
+    ]
     assert {"time_s", "low_s", "high_s", "level", "source"} <= set(rows)

@@ -163,3 +163,51 @@ def test_a_page_names_the_predictor_and_each_family_s_view() -> None:
     own = {"version": 2, "device_kind": "cpu", "samples": 40}
     assert predictor(own) == "the cpu predictor v2, 40 configurations"
     assert predictor(None) == "–"
+
+
+def test_a_run_is_a_marker_on_its_bar_with_the_error_against_it() -> None:
+    rows = [
+        _row_out("H100", "predicted", 0.199, level=0.9),
+        _row_out(
+            "A100",
+            "imported",
+            0.727,
+            full_run_s=0.536,
+            run_error=0.356,
+            run_error_text="+35.6 % (no interval: imported as one figure)",
+        ),
+        _row_out("T4", "imported run", 3.0, full_run_s=3.0),
+    ]
+    svg = compare_svg("m", rows)
+    # Who gave each figure, in the legend as in the table: imported is never "measured".
+    assert re.findall(r'class="legend" data-how="([^"]+)"', svg) == [
+        "imported",
+        "imported run",
+        "predicted",
+        "run",
+    ]
+    # One marker: the T4's run is its bar.
+    assert svg.count('<path class="run-marker" d="M') == 2  # the A100's and the legend's
+    assert 'data-how="run"' in svg and "whole-model run" in svg
+    assert "A100: whole-model run 536 ms; +35.6 % (no interval: imported as one figure)" in svg
+
+
+def test_the_model_page_opens_on_the_fastest_kind_and_ranks_its_kinds(
+    client: TestClient,
+) -> None:
+    """Finding: the page opened on the alphabetically first kind, its table sorted by name."""
+    for name in (MODEL, NS_MODEL):
+        html = client.get(f"/ui/models/{name}").text
+        listed = re.findall(r'<tr data-kind="([^"]+)" ', html)
+        assert listed, name
+        summaries = {
+            kind: client.get(f"/models/{name}/estimate", params={"device_kind": kind}).json()
+            for kind in listed
+        }
+        ranks = [summaries[k]["full_run_time_s"] or summaries[k]["total_time_s"] for k in listed]
+        assert ranks == sorted(ranks), (name, listed, ranks)
+        current = re.search(r'<tr data-kind="([^"]+)" aria-current="true"', html)
+        assert current is not None and current.group(1) == listed[0]
+    html = client.get(f"/ui/models/{NS_MODEL}").text
+    row = _row(html, "Tesla T4")
+    assert "no interval: imported as one figure" in row
