@@ -72,6 +72,16 @@ class CompareRowOut(BaseModel):
     )
 
 
+class LeftOutOut(BaseModel):
+    """A device kind left out of the comparison, and why."""
+
+    device_kind: str
+    why: str = Field(
+        description="Why, in words: measured too little of the model (and no whole-model run), "
+        "no estimate, or not predicted by the cross-device model."
+    )
+
+
 class CompareOut(BaseModel):
     """One model on every device kind it has figures on or can be predicted on, fastest first."""
 
@@ -79,4 +89,9 @@ class CompareOut(BaseModel):
     rows: list[CompareRowOut] = Field(
         description="One per device kind: the kinds it has results on (measured), then every GPU "
         "of the chips table the newest cross-device model can place (predicted); fastest first."
+    )
+    left_out: list[LeftOutOut] = Field(
+        default_factory=list,
+        description="Device kinds with figures of the model, or GPUs the cross-device model was "
+        "asked for, that are not in the rows, each with why.",
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -40,7 +40,13 @@ class EstimateOut(BaseModel):
         description="GPU: the host's stage of the pipeline estimate (issue time), in s."
     )
     bound_by: str | None = Field(
-        description="GPU: which stage bounds the estimate, 'device' or 'host'; null elsewhere."
+        description="GPU: which pipeline stage bounds the estimate, 'device' or 'host'; null "
+        "elsewhere (the roofline's bound is roofline_bound)."
+    )
+    roofline_bound: Literal["compute", "memory"] | None = Field(
+        default=None,
+        description="Which roof bounds most of the model's roofline time on the kind, as the "
+        "comparison across kinds gives it; null where the kind has no peaks.",
     )
     total_time_s: float | None = Field(
         description="The estimate of the model's time, s; null (never 0) where no configuration "

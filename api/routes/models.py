@@ -24,7 +24,7 @@ from api.schemas import (
     OperatorOut,
     Page,
 )
-from api.schemas_compare import CompareOut, CompareRowOut
+from api.schemas_compare import CompareOut, CompareRowOut, LeftOutOut
 from api.schemas_estimate import EstimateOut
 from operator_db.config import Settings
 from operator_db.db import queries
@@ -235,12 +235,17 @@ def compare_model(session: Session, name: str) -> tuple[CompareOut, int]:
     # pandas behind it; scikit-learn too where a cross-device model is stored
     from operator_db.predict.across.compare import compare
 
-    def _unplaced(kind: str, message: str) -> None:
-        log.warning("compare %s: %s left out: %s", model.name, kind, message)
+    left_out: list[LeftOutOut] = []
 
-    rows = compare(session, model.name, on_error=_unplaced)
+    def _left_out(kind: str, why: str) -> None:
+        log.info("compare %s: %s left out: %s", model.name, kind, why)
+        left_out.append(LeftOutOut(device_kind=kind, why=why))
+
+    rows = compare(session, model.name, on_error=_left_out)
     out = CompareOut(
-        model=model.name, rows=[CompareRowOut(**finite_values(r.as_dict())) for r in rows]
+        model=model.name,
+        rows=[CompareRowOut(**finite_values(r.as_dict())) for r in rows],
+        left_out=left_out,
     )
     with _compared_lock:
         _compared[key] = (now, out)

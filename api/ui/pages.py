@@ -269,6 +269,7 @@ def compare_page(request: Request, name: str, session: ReadSessionDep) -> HTMLRe
         model=compared.model,
         rows=compared.rows,
         chart=compare_svg(compared.model, compared.rows),
+        left_out=compared.left_out,
         cross=cross,
     )
 

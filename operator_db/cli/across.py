@@ -275,7 +275,8 @@ def compare(
     from operator_db.stats import format_ms
 
     with open_store(db) as store, store.transaction() as session:
-        rows = compare_kinds(session, model, on_error=lambda k, m: err_console.print(f"{k}: {m}"))
+        left: list[tuple[str, str]] = []
+        rows = compare_kinds(session, model, on_error=lambda k, why: left.append((k, why)))
     table = Table(
         title=f"{model} on every device kind, fastest first (by its run where one is measured)"
     )
@@ -287,7 +288,7 @@ def compare(
         "run ms",
         "error vs run",
         "energy J",
-        "bound by",
+        "bound by (roofline)",
         "coverage",
         "source",
     ):
@@ -318,5 +319,7 @@ def compare(
                 f"order flipped: the estimates put {r.device_kind} the other way round from "
                 f"its run against {', '.join(r.flips_with)}; the runs rank them"
             )
+    for kind, why in left:
+        console.print(f"left out: {kind}: {why}")
     if not rows:
         console.print("no kind has figures for this model")

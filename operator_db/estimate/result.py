@@ -225,6 +225,25 @@ class Estimate:
         return "host" if self.host_time_s > self.time_s else "device"
 
     @property
+    def roofline_bound(self) -> Literal["compute", "memory"] | None:
+        """Which roof bounds most of the model's roofline time on the kind; None without peaks.
+
+        Each configuration's count × roofline time goes to the roof that bounds it (its
+        intensity against the ridge); the larger share names the model's bound. The one answer
+        the CLI, the pages and the API give to "bound by" on the roofline.
+        """
+        if self.peaks is None:
+            return None
+        shares = {"compute": 0.0, "memory": 0.0}
+        for r in self.config_rows:
+            flops, nbytes = float(r.get("flops") or 0), float(r.get("bytes") or 0)
+            if flops or nbytes:
+                shares[self.peaks.bound_type(flops, nbytes)] += float(r.get("roofline_time_s") or 0)
+        if not any(shares.values()):
+            return None
+        return "compute" if shares["compute"] >= shares["memory"] else "memory"
+
+    @property
     def composed(self) -> bool:
         """Whether any configuration has a figure (measured or predicted): else no estimate."""
         return any(r["time_s"] is not None for r in self.config_rows)
@@ -325,6 +344,7 @@ class Estimate:
             "between_ops_share": self.between_ops_share if composed else None,
             "host_time_s": self.host_time_s,
             "bound_by": self.bound_by,
+            "roofline_bound": self.roofline_bound,
             "pipeline": None if self.pipeline is None else self.pipeline.as_dict(),
             "host_cpu": self.host_cpu,
             "total_time_s": self.total_time_s if composed else None,

@@ -51,8 +51,12 @@ def test_a_measured_kind_is_listed_with_the_estimate_it_comes_from(client: TestC
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["model"] == NS_MODEL
-    # No cross-device model stored: the kinds measured only; the L4 has too few of its calls.
+    # No cross-device model stored: the kinds measured only; the L4 has too few of its calls,
+    # and is listed as left out, with why.
     [row] = body["rows"]
+    [left] = body["left_out"]
+    assert left["device_kind"] == "NVIDIA L4"
+    assert "of its calls (a comparison needs 50%) and no whole-model run" in left["why"]
     assert set(row) == {
         "device_kind",
         "how",
@@ -83,6 +87,8 @@ def test_a_measured_kind_is_listed_with_the_estimate_it_comes_from(client: TestC
     assert row["time_s"] == pytest.approx(estimate["total_time_s"])
     assert row["coverage"] == pytest.approx(estimate["coverage"])
     assert row["full_run_s"] == pytest.approx(estimate["full_run_time_s"])
+    # One answer to "bound by" on the roofline: the estimate's, here and on the pages.
+    assert row["bound_by"] == estimate["roofline_bound"]
     # The run ranks the kind; the error against it is the estimate's own.
     assert row["rank_s"] == pytest.approx(row["full_run_s"])
     assert row["run_error"] == pytest.approx(estimate["time_error"])
@@ -98,6 +104,7 @@ def test_a_model_without_results_has_no_rows(client: TestClient) -> None:
     assert client.get("/models/mlp-small-b8/compare").json() == {
         "model": "mlp-small-b8",
         "rows": [],
+        "left_out": [],
     }
 
 

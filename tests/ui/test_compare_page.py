@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import escape
 
 from api.app import create_app
 from api.schemas_compare import CompareRowOut
@@ -64,6 +65,9 @@ def test_the_page_shows_the_api_comparison_as_a_table_and_a_chart(client: TestCl
             assert 'data-field="energy_j"' in cells and fmt.si(row["energy_j"], "J") in cells
         # No cross-device model is stored: the kinds measured only, and how to train one.
         assert HINT in html
+        for left in client.get(f"/models/{name}/compare").json()["left_out"]:  # said, with why
+            assert f'<li data-kind="{left["device_kind"]}"><strong>' in html
+            assert str(escape(left["why"])) in html
     assert {r["device_kind"] for r in client.get(f"/models/{MODEL}/compare").json()["rows"]} == set(
         KINDS
     )
@@ -208,6 +212,14 @@ def test_the_model_page_opens_on_the_fastest_kind_and_ranks_its_kinds(
         assert ranks == sorted(ranks), (name, listed, ranks)
         current = re.search(r'<tr data-kind="([^"]+)" aria-current="true"', html)
         assert current is not None and current.group(1) == listed[0]
+        compared = {
+            r["device_kind"]: r for r in client.get(f"/models/{name}/compare").json()["rows"]
+        }
+        for kind in listed:  # "bound by": the same answer on the model page and the comparison
+            bound = summaries[kind]["roofline_bound"]
+            assert f'data-field="roofline_bound">{bound or fmt.DASH}' in _row(html, kind)
+            if kind in compared:
+                assert compared[kind]["bound_by"] == bound
     html = client.get(f"/ui/models/{NS_MODEL}").text
     row = _row(html, "Tesla T4")
     assert "no interval: imported as one figure" in row

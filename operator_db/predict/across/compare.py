@@ -46,7 +46,8 @@ class KindRow:
     """The interval (None where measured without one)."""
     energy_j: float | None
     bound_by: str | None
-    """What bounds the model on the kind's roofline (``compute`` / ``memory``), where roofs are."""
+    """What bounds the model on the kind's roofline (``compute`` / ``memory``), where roofs are
+    (``Estimate.roofline_bound``)."""
     coverage: float
     """Share of the model's calls with a figure (measured or predicted)."""
     source: str
@@ -112,7 +113,8 @@ class KindRow:
         }
 
 
-def _estimate(session: Session, model: str, kind: str, predicted: Any = None) -> Estimate | None:
+def _estimate(session: Session, model: str, kind: str, predicted: Any = None) -> Estimate | str:
+    """Return the model's estimate on the kind, or why there is none (in words)."""
     try:
         return estimate_model(
             session,
@@ -120,8 +122,8 @@ def _estimate(session: Session, model: str, kind: str, predicted: Any = None) ->
             kind,
             EstimateOptions(aggregate="median", peaks="best", predicted=predicted),
         )
-    except OperatorDBError:
-        return None
+    except OperatorDBError as exc:
+        return str(exc)
 
 
 OWN = "measured"
@@ -149,7 +151,9 @@ def compare(
 ) -> list[KindRow]:
     """Return the model on every kind it has results on or that can be predicted, fastest first.
 
-    ``on_error(kind, message)`` hears of a kind that could not be predicted (it is left out).
+    ``on_error(kind, why)`` hears of each kind left out, with why: measured too little of the
+    model (under ``MIN_MEASURED`` of its calls) without a whole-model run and not predicted,
+    no estimate, or a GPU the cross-device model could not predict.
 
     Raises:
         NotFoundError: unknown model.
@@ -157,11 +161,12 @@ def compare(
     model = queries.get_model(session, model_name)
     measured_on = queries.kinds_measuring_model(session, model.id)
     rows: list[KindRow] = []
+    left: dict[str, str] = {}
     for kind in sorted(measured_on):
         est = _estimate(session, model.name, kind)
-        if est is None:
-            continue
-        if est.coverage >= MIN_MEASURED:
+        if isinstance(est, str):
+            left[kind] = f"no estimate: {est}"
+        elif est.coverage >= MIN_MEASURED:
             rows.append(_row(est, *_who(est)))
         elif est.full_run_time_s is not None:
             run_source = est.full_run_source or OWN
@@ -173,11 +178,16 @@ def compare(
                     None,
                     None,
                     est.full_run_energy_j,
-                    est.bound_by,
+                    est.roofline_bound,
                     1.0,
                     _source_text(run_source),
                     est.full_run_time_s,
                 )
+            )
+        else:
+            left[kind] = (
+                f"measured {est.coverage:.0%} of its calls (a comparison needs "
+                f"{MIN_MEASURED:.0%}) and no whole-model run"
             )
     found = load(session)
     done = {r.device_kind for r in rows}
@@ -185,18 +195,22 @@ def compare(
         names = sorted(n for n in gpu_kinds(session) if n not in done)
         for name, predicted in predicted_costs_many(session, model.name, names, found).items():
             if isinstance(predicted, OperatorDBError):
-                if on_error:
-                    on_error(name, str(predicted))
+                left.setdefault(name, f"not predicted: {predicted}")
                 continue
             est = _estimate(session, model.name, name, predicted)
-            if est is None or not est.predicted:
+            if isinstance(est, str) or not est.predicted:
+                left.setdefault(name, "the cross-device model predicts none of its configurations")
                 continue
+            left.pop(name, None)
             who = predicted.source
             source = (
                 f"predicted {who.get('mode')} from {', '.join(who.get('from_kinds') or [])} "
                 f"(cross-device model v{who.get('version')})"
             )
             rows.append(_row(est, "predicted", source, who.get("level")))
+    if on_error is not None:
+        for kind, why in sorted(left.items()):
+            on_error(kind, why)
     return ranked(rows)
 
 
@@ -218,20 +232,6 @@ def ranked(rows: list[KindRow]) -> list[KindRow]:
     return sorted(out, key=lambda r: (r.rank_s is None, r.rank_s or 0.0))
 
 
-def _roof_bound(est: Estimate) -> str | None:
-    """Return ``compute`` or ``memory``: which roof bounds most of the model's roofline time."""
-    if est.peaks is None:
-        return None
-    shares = {"compute": 0.0, "memory": 0.0}
-    for r in est.config_rows:
-        flops, nbytes = float(r.get("flops") or 0), float(r.get("bytes") or 0)
-        if flops or nbytes:
-            shares[est.peaks.bound_type(flops, nbytes)] += float(r.get("roofline_time_s") or 0)
-    if not any(shares.values()):
-        return None
-    return max(shares, key=lambda k: shares[k])
-
-
 def _run_error(est: Estimate) -> tuple[float | None, float | None, float | None]:
     """Return the estimate's error against the kind's run, and its interval where it has one."""
     if est.time_error is None:
@@ -251,7 +251,7 @@ def _row(est: Estimate, how: str, source: str, level: float | None = None) -> Ki
         low_s=est.time_low_s,
         high_s=est.time_high_s,
         energy_j=est.energy_j,
-        bound_by=_roof_bound(est),
+        bound_by=est.roofline_bound,
         coverage=est.coverage + est.coverage_predicted,
         source=source,
         full_run_s=est.full_run_time_s,
