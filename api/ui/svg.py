@@ -110,6 +110,10 @@ LEGEND_X, LEGEND_STEP = 10, 120
 """The legend's first entry and the step between entries (six fit: five hows and the run)."""
 LABEL_CHARS = 30
 """A kind's name in the chart is cut past this (its whole name is in the bar's title)."""
+PARTIAL_W = 100
+"""Room beside the bars for a partial sum's "(79% of calls)"."""
+PARTIAL_BELOW = 0.995
+"""A bar whose coverage of the model's calls is below this says it is a partial sum."""
 LOG_RATIO = 10.0
 """The axis is logarithmic where the largest figure is more than this times the smallest."""
 
@@ -132,7 +136,8 @@ def compare_svg(model: str, rows: Sequence[CompareRowOut]) -> str:
         if v is not None and v > 0
     ]
     ticks, position, scale = _axis(min(values), max(values))
-    x0, x1 = LABEL_W, BAR_WIDTH - VALUE_W
+    partial = any(_partial(r) for r in timed)
+    x0, x1 = LABEL_W, BAR_WIDTH - VALUE_W - (PARTIAL_W if partial else 0)
     axis_y = TOP + len(timed) * ROW_H + 4
     height = axis_y + AXIS_H
 
@@ -172,7 +177,8 @@ def compare_svg(model: str, rows: Sequence[CompareRowOut]) -> str:
     parts.append(f'<line x1="{x0}" y1="{axis_y}" x2="{x1}" y2="{axis_y}" class="axis"/>')
     parts.append(
         f'<text x="{x1}" y="{axis_y + 32}" text-anchor="end">time per forward '
-        f"({scale} scale)</text>"
+        f"({scale} scale{'; a bar under 100 % of calls is a partial sum' if partial else ''})"
+        "</text>"
     )
     for i, row in enumerate(timed):
         parts.append(_bar(row, TOP + i * ROW_H, x))
@@ -187,6 +193,8 @@ def _bar(row: CompareRowOut, y: int, x: Callable[[float], float]) -> str:
     end = x(row.time_s)
     interval = interval_ms(row.low_s, row.high_s, row.level)
     title = f"{row.device_kind}: {ms(row.time_s)} ms, {row.how}"
+    if _partial(row):
+        title += f"; a partial sum: {row.coverage:.1%} of the model's calls"
     if row.low_s is not None and row.high_s is not None:
         title += f"; {interval}"
     name = row.device_kind
@@ -218,11 +226,17 @@ def _bar(row: CompareRowOut, y: int, x: Callable[[float], float]) -> str:
             f"<title>{escape(row.device_kind)}: whole-model run {ms(row.full_run_s)} ms"
             f"{'; ' + escape(row.run_error_text) if row.run_error_text else ''}</title></path>"
         )
+    covered = f" ({row.coverage:.0%} of calls)" if _partial(row) else ""
     parts.append(
         f'<text x="{right + 6:.1f}" y="{mid + 4:.1f}" class="label">'
-        f"{escape(ms(row.time_s))} ms</text></g>"
+        f"{escape(ms(row.time_s))} ms{covered}</text></g>"
     )
     return "".join(parts)
+
+
+def _partial(row: CompareRowOut) -> bool:
+    """Whether the bar is a partial sum: some of the model's calls have no figure."""
+    return row.coverage < PARTIAL_BELOW
 
 
 def _run_marked(row: CompareRowOut) -> bool:

@@ -223,3 +223,15 @@ def test_the_model_page_opens_on_the_fastest_kind_and_ranks_its_kinds(
     html = client.get(f"/ui/models/{NS_MODEL}").text
     row = _row(html, "Tesla T4")
     assert "no interval: imported as one figure" in row
+
+
+def test_a_partial_sum_says_its_coverage_on_the_bar_and_the_axis() -> None:
+    """Finding: every bar a partial sum (78.8 % of calls) on an axis of "time per forward"."""
+    rows = [_row_out("A", "imported", 0.7, coverage=0.788), _row_out("B", "measured", 0.9)]
+    svg = compare_svg("m", rows)
+    assert "700 ms (79% of calls)" in svg
+    assert "a partial sum: 78.8% of the model" in svg
+    assert "a bar under 100 % of calls is a partial sum" in svg
+    assert "900 ms<" in svg  # a whole sum says nothing more
+    whole = compare_svg("m", [_row_out("B", "measured", 0.9)])
+    assert "partial" not in whole
