@@ -201,7 +201,7 @@ def plot_chip_rooflines(
     """
     from matplotlib import colormaps
 
-    from operator_db.roofline.figure import cache_label, new_figure
+    from operator_db.roofline.figure import above_dram, cache_label, new_figure
 
     roofs = chip_roofs(dtype, chips)
     entries = len(points) + sum(
@@ -244,9 +244,10 @@ def plot_chip_rooflines(
             ridge = ridge_point(peaks.flops_per_s, peaks.bytes_per_s)
             ax.plot([ridge], [peaks.flops_per_s], "o", color=color, ms=6, zorder=5)
         drawn: set[CacheRoof] = set()
-        for peaks in (p for p in (device.measured, device.spec) if p is not None):
+        drams = [p for p in (device.measured, device.spec) if p is not None]
+        for peaks in drams:
             for cache in peaks.caches:
-                if cache in drawn:
+                if cache in drawn or not above_dram(cache, drams):
                     continue
                 drawn.add(cache)
                 level = Peaks(peaks.flops_per_s, cache.bytes_per_s, cache.level)

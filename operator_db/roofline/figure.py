@@ -53,6 +53,15 @@ def cache_label(cache: CacheRoof) -> str:
     return f"{cache.level} roof, {cache.bytes_per_s / 1e9:.4g} GB/s ({cache.source}; holds {size})"
 
 
+def above_dram(cache: CacheRoof, roofs: Sequence[Peaks]) -> bool:
+    """Whether a cache roof is faster than every DRAM roof drawn beside it (else it is none).
+
+    An L2 roof attained above the measured DRAM bandwidth but below the spec sheet's would be
+    drawn, and listed, under a DRAM roof of the same figure.
+    """
+    return all(cache.bytes_per_s > r.bytes_per_s for r in roofs)
+
+
 def draw_roofs(ax: Any, xs: Sequence[float], *, spec: Peaks | None, measured: Peaks | None) -> None:
     """Draw a kind's spec roof (solid), measured roof (dashed) and cache roofs (dotted).
 
@@ -65,9 +74,10 @@ def draw_roofs(ax: Any, xs: Sequence[float], *, spec: Peaks | None, measured: Pe
     if measured is not None:
         draw_roof(ax, measured, xs, color="black", lw=2, ls="--", label=f"roof, {measured.source}")
     drawn: set[CacheRoof] = set()
-    for roof in (r for r in (spec, measured) if r is not None):
+    roofs = [r for r in (spec, measured) if r is not None]
+    for roof in roofs:
         for cache in roof.caches:
-            if cache in drawn:
+            if cache in drawn or not above_dram(cache, roofs):
                 continue
             drawn.add(cache)
             level = Peaks(roof.flops_per_s, cache.bytes_per_s, cache.level)

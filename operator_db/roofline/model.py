@@ -9,6 +9,7 @@ costs as plain figures (:class:`ModelCosts`: an estimate is one), not how they w
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,6 +62,8 @@ class ModelCosts(Protocol):
         """
 
 
+TITLE_CHARS = 110
+"""The roofline figure's subtitle is wrapped at this many characters (10 in at 10 pt)."""
 ROOFLINE_COLUMNS = [
     "op",
     "inputs",
@@ -329,11 +332,14 @@ def plot_roofline(
     )
     ax.set_xlabel(f"arithmetic intensity (FLOP / byte, {traffic})")
     ax.set_ylabel("achieved performance (FLOP/s)")
-    ax.set_title(
-        f"Roofline: {est.model} ({est.mode}) on {est.device_kind}\n"
+    subtitle = (
         f"{len(points)} configurations ({counts.describe(reference)}); "
         + (f"{left_out} configurations without FLOPs/bytes left out; " if left_out else "")
-        + "marker area ∝ share of the model's time",
+        + "marker area ∝ share of the model's time"
+    )
+    ax.set_title(  # wrapped to the figure's width: a long subtitle was clipped
+        f"Roofline: {est.model} ({est.mode}) on {est.device_kind}\n"
+        + textwrap.fill(subtitle, width=TITLE_CHARS),
         fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.25)

@@ -253,3 +253,15 @@ def test_the_chips_plot_draws_every_imported_gpu(
     assert done.code == 0, done.err
     assert done.out.splitlines()[0] == f"wrote {out}: 26 chips, 8 device kinds"
     assert png_ok(out)
+
+
+def test_an_l2_roof_under_a_dram_roof_of_the_figure_is_not_drawn() -> None:
+    """Finding: an "attained L2" roof listed below the DRAM bandwidth."""
+    from operator_db.roofline.figure import above_dram
+
+    l2 = CacheRoof("L2", 40 * 2**20, 1.8e12, "attained")
+    measured = Peaks(1e13, 1.5e12, "measured", caches=(l2,))  # above the measured DRAM roof
+    spec = Peaks(1.2e13, 2.0e12, "spec sheet")  # below the spec sheet's
+    assert not above_dram(l2, [spec, measured])
+    assert above_dram(l2, [measured])
+    assert above_dram(CacheRoof("L2", 40 * 2**20, 3e12, "attained"), [spec, measured])
