@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
-from operator_db.db.queries.devices import KIND_NAME_PATTERN, MAX_KIND_NAME, check_device_kind_name
+from operator_db.db.queries.devices import MAX_KIND_NAME, check_device_kind_name, kind_name_pattern
 from operator_db.errors import InvalidInputError
 
 
@@ -25,7 +25,7 @@ KindName = Annotated[
         min_length=1,
         max_length=MAX_KIND_NAME,
         # In the schema only: pydantic's own pattern error would quote the whole pattern.
-        json_schema_extra={"pattern": KIND_NAME_PATTERN},
+        json_schema_extra={"pattern": kind_name_pattern()},
     ),
     AfterValidator(_kind_name),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -59,15 +60,20 @@ def _not_allowed(char: str) -> bool:
     return char == "/" or unicodedata.category(char) in NOT_IN_NAMES
 
 
-# Surrogates stay out of the pattern (the check refuses them): no UTF-8 text holds one, and
-# Rust's regex (the schema's validators) refuses a class that names them.
-_BAD = _ranges(lambda c: _not_allowed(c) and unicodedata.category(c) != "Cs")
-_EDGE = _ranges(lambda c: unicodedata.category(c) == "Zs")
-KIND_NAME_PATTERN = f"^[^{_BAD}{_EDGE}](?:[^{_BAD}]*[^{_BAD}{_EDGE}])?$"
-"""A device kind's name (``check_device_kind_name``'s rule as the API's schema states it):
-printable characters only, no ``/``, no space at either end (surrogates, which the check
-refuses, are left out: JSON text as UTF-8 cannot carry one). Built from this Python's Unicode
-tables, in the escapes (u and U followed by hex digits) that Python's re and Rust's regex read."""
+@functools.cache
+def kind_name_pattern() -> str:
+    """Return a device kind's name rule as a regex (the API's schema states it so).
+
+    ``check_device_kind_name``'s rule: printable characters only, no ``/``, no space at either
+    end (surrogates, which the check refuses, are left out: JSON text as UTF-8 cannot carry one,
+    and Rust's regex, the schema's validators', refuses a class that names them). Built from this
+    Python's Unicode tables, in the escapes (u and U followed by hex digits) that Python's re and
+    Rust's regex read; made once, when first asked for (a walk over every code point, 0.5 s:
+    a command that names no kind does not pay it).
+    """
+    bad = _ranges(lambda c: _not_allowed(c) and unicodedata.category(c) != "Cs")
+    edge = _ranges(lambda c: unicodedata.category(c) == "Zs")
+    return f"^[^{bad}{edge}](?:[^{bad}]*[^{bad}{edge}])?$"
 
 
 def _short(name: str) -> str:
@@ -75,7 +81,7 @@ def _short(name: str) -> str:
 
 
 def check_device_kind_name(name: str) -> str:
-    """Return ``name`` if it can name a new device kind (``KIND_NAME_PATTERN``, 200 characters).
+    """Return ``name`` if it can name a new device kind (``kind_name_pattern``, 200 characters).
 
     A name is shown on pages and terminals and fetched by URL (``/device-kinds/{name}``): it
     holds printable characters only (none of the categories ``NOT_IN_NAMES``: no control, bidi
