@@ -364,6 +364,36 @@ def test_a_phone_sees_the_overview_without_sideways_scrolling(
     context.close()
 
 
+def test_a_phone_sees_the_comparison_as_one_card_per_kind(
+    site: Site, browser: Any, shots: Path
+) -> None:
+    """Finding: on a phone the comparison chart's labels were unreadable, and the run, source
+    and error columns cut off."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    tab = context.new_page()
+    tab.goto(f"{site.url}/ui/models/{NS_MODEL}/compare")
+    assert tab.evaluate("document.documentElement.scrollWidth") <= 391
+    rows = site.json(f"/models/{NS_MODEL}/compare")["rows"]
+    assert rows
+    for row in rows:
+        card = tab.locator(f'#compare tr[data-kind="{row["device_kind"]}"]')
+        box = card.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 391, box
+        for field in ("time_s", "full_run_s", "source", "coverage"):
+            cell = card.locator(f'[data-field="{field}"]')
+            if not cell.inner_text().strip():
+                continue
+            shown = cell.bounding_box()
+            assert shown is not None and shown["x"] + shown["width"] <= 391, (field, shown)
+            size = cell.evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
+            assert size >= 12, (field, size)
+    # The chart keeps its own size (labels 12 px) in a strip that scrolls by itself.
+    label = tab.locator("svg.chart.compare text.label").first
+    assert label.evaluate("e => e.getBoundingClientRect().height") >= 12
+    tab.screenshot(path=str(shots / "ui-compare-phone.png"), full_page=True)
+    context.close()
+
+
 def test_an_unknown_model_is_a_404_page(site: Site, browser: Any) -> None:
     """A page, not a stack trace: the API's message, status 404 (Chromium logs the 404 itself
     on the console, so this page is watched for script errors only)."""
@@ -386,6 +416,8 @@ def _error_text(estimate: dict[str, Any]) -> str:
         ends = f"{fmt.percent(iv['low'], signed=True)} … {fmt.percent(iv['high'], signed=True)}"
         error += f" ({ends}, {fmt.percent(iv['level'])})"
         error += " within noise" if estimate["within_noise"] else ""
+    elif estimate["time_error"] is not None and fmt.imported(estimate["full_run_source"]):
+        error += " (no interval: imported as one figure)"
     return str(error)
 
 
