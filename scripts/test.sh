@@ -2,8 +2,9 @@
 # The test command: set up .venv from the lock and Chromium for the browser tests, make sure
 # PostgreSQL answers, then lint (ruff check, ruff format --check, hadolint on the Dockerfiles),
 # type-check, check the migrations against the models, and run the tests (SQLite and
-# PostgreSQL, and the pages in headless Chromium). Extra arguments go to pytest
-# (e.g. -k ingest, -m gpu).
+# PostgreSQL, and the pages in headless Chromium): in parallel on every core
+# (OPDB_TEST_WORKERS=N for N), then the tests marked serial (they time the CPU) alone. Extra
+# arguments go to one plain pytest run instead (e.g. -k ingest, -m gpu).
 #
 #   bash scripts/test.sh --latest [PYTEST_ARGS...]   the same checks in .venv-latest, on the
 #       newest release of every dependency (torch still pinned): what `scripts/lock.sh --upgrade`
@@ -50,7 +51,15 @@ tmpdb="$(mktemp -d)"
 trap 'rm -rf "$tmpdb"' EXIT
 OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/opdb" db upgrade >/dev/null
 OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/alembic" check
-OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest "$@"
+if [ $# -eq 0 ]; then
+  # On every core (pytest-xdist; each test has its own databases), then the tests that time the
+  # CPU alone: a parallel worker would load the cores they time.
+  workers="${OPDB_TEST_WORKERS:-$(nproc)}"
+  OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest -n "$workers" -m "not serial"
+  OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest -m serial
+else
+  OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest "$@"
+fi
 if [ "$images" = 1 ]; then
   bash scripts/images.sh --smoke
 fi

@@ -31,6 +31,7 @@ MODELS = ("ftransformer-b1", "mlp-small-b8")
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # it measures this host's peaks: a parallel test would hold them low
 def test_no_configuration_or_model_sits_above_its_bound(store: Store) -> None:
     with open_device("cpu") as cpu:
         kind = cpu.identity().name
