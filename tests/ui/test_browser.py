@@ -364,6 +364,29 @@ def test_a_phone_sees_the_overview_without_sideways_scrolling(
     context.close()
 
 
+def test_a_comparison_ranks_by_the_runs_and_names_the_flips(site: Site, page: Page) -> None:
+    """Finding: "which GPU" ranked against the runs shown beside it, without saying so."""
+    rows = site.json(f"/models/{MODEL}/compare")["rows"]
+    flipped = [r for r in rows if r["flips_with"]]
+    assert flipped, rows  # the seed's two fake GPUs: estimates and runs in the other order
+    page.goto(f"{site.url}/ui/models/{MODEL}/compare")
+    shown = [tr.get_attribute("data-kind") for tr in page.locator("#compare tbody tr").all()]
+    assert shown == [r["device_kind"] for r in rows]
+    runs = [r["full_run_s"] for r in rows if r["full_run_s"] is not None]
+    assert runs == sorted(runs)  # the runs rank the kinds
+    note = page.locator("#flips").inner_text()
+    for r in flipped:
+        assert r["device_kind"] in note
+        row = page.locator(f'#compare tr[data-kind="{r["device_kind"]}"]')
+        assert "order flipped" in row.locator('[data-field="run_error"]').inner_text()
+        assert (
+            page.locator(
+                f'svg.chart.compare g[data-kind="{r["device_kind"]}"] path.run-marker'
+            ).count()
+            == 1
+        )
+
+
 def test_a_phone_sees_the_comparison_as_one_card_per_kind(
     site: Site, browser: Any, shots: Path
 ) -> None:
