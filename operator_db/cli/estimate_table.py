@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from operator_db.cli.common import console
+from operator_db.stats import format_ms
 
 if TYPE_CHECKING:
     from operator_db.estimate.compose import Estimate
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+    """Milliseconds as the pages write them (``stats.format_ms``: ``37.7``, ``1,221``)."""
+    return format_ms(seconds, "-")
 
 
 def _pct(value: float | None) -> str:
@@ -114,7 +116,8 @@ def print_estimate(est: Estimate, top: int) -> None:
         ),
     )
     if est.roofline_time_s is not None and est.peaks is not None:
-        head.add_row("roofline bound", f"{_ms(est.roofline_time_s)} ms ({est.peaks.source})")
+        bound = f", bound by {est.roofline_bound}" if est.roofline_bound else ""
+        head.add_row("roofline bound", f"{_ms(est.roofline_time_s)} ms{bound} ({est.peaks.source})")
     head.add_row(
         "timing used",
         (f"{est.timing} (CUDA graph where measured)" if est.timing == "graph" else "eager")
