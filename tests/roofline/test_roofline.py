@@ -88,7 +88,7 @@ def test_estimate_command(store: Store, db_url: str, capsys: pytest.CaptureFixtu
     setup(store)
     table = run_cli(capsys, "estimate", "toy", "--db", db_url)
     assert table.code == 0, table.err
-    assert "│ operators (Σ count × per-call) │ 1.400 ms, 140.000 mJ (total)" in table.out
+    assert "│ operators (Σ count × per-call) │ 1.40 ms, 140.000 mJ (total)" in table.out
     assert "time -6.7%, energy -6.7%" in table.out
     assert "by operator type" in table.out
     out = run_cli(capsys, "estimate", "toy", "--device-kind", KIND, "--json", "--db", db_url)

@@ -235,3 +235,31 @@ def test_a_partial_sum_says_its_coverage_on_the_bar_and_the_axis() -> None:
     assert "900 ms<" in svg  # a whole sum says nothing more
     whole = compare_svg("m", [_row_out("B", "measured", 0.9)])
     assert "partial" not in whole
+
+
+def test_kinds_whose_estimates_flip_their_runs_are_named(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case, forced: the A100's estimate above the V100's, its run below."""
+    import operator_db.predict.across.compare as compare_module
+    from api.routes import models
+
+    rows = compare_module.ranked(
+        [
+            compare_module.KindRow(
+                "A100", "imported", 0.727, None, None, None, None, 0.79, "imported: x", 0.536
+            ),
+            compare_module.KindRow(
+                "V100", "imported", 0.700, None, None, None, None, 0.79, "imported: x", 0.729
+            ),
+        ]
+    )
+    monkeypatch.setattr(compare_module, "compare", lambda session, name, **_: rows)
+    models._compared.clear()
+    html = client.get(f"/ui/models/{MODEL}/compare").text
+    models._compared.clear()
+    note = html.split('id="flips"')[1].split("</div>")[0]
+    assert "A100" in note and "V100" in note
+    assert re.findall(r'<tr data-kind="([^"]+)"', html) == ["A100", "V100"]  # by their runs
+    for kind in ("A100", "V100"):
+        assert "order flipped" in _row(html, kind)
