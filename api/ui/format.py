@@ -15,6 +15,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from operator_db.estimate.rows import OWN_SOURCE, is_imported
 from operator_db.stats import format_ms
 
 _PREFIXES: tuple[tuple[float, str], ...] = (
@@ -159,7 +160,7 @@ def iec(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
-MEASURED = "measured"
+MEASURED = OWN_SOURCE
 """What the API's ``source`` says of operator-db's own figure."""
 
 
@@ -176,7 +177,7 @@ def source(value: str | None) -> str:
 
 def imported(value: str | None) -> bool:
     """Whether a figure's ``source`` names a data set (imported, not operator-db's own)."""
-    return value not in (None, MEASURED, "predicted")
+    return is_imported(value)
 
 
 def ms(value: float | None) -> str:

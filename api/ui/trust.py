@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.schemas import ModelKindOut
+from operator_db.estimate.rows import OWN_SOURCE, is_imported
 from operator_db.measure.flags import MEANING, TIME_DOUBTS, Flag
 
 LOOPED_ALONE = (
@@ -33,8 +34,8 @@ def looped_alone(kind_type: str | None, sources: Mapping[str, int] | None) -> st
     one by one by their data set, which is all that is known of them.
     """
     found = dict(sources or {})
-    imported = sorted(s for s in found if s not in ("measured", "predicted"))
-    if "measured" not in found and imported:
+    imported = sorted(s for s in found if is_imported(s))
+    if OWN_SOURCE not in found and imported:
         return (
             f"were each timed on their own by the data set they are imported from "
             f"({', '.join(imported)}), not in the model's order"

@@ -143,6 +143,17 @@ def between_ops(hollow_s: float | None, records: list[dict[str, Any]]) -> float 
     return hollow_s - sum_known(r["time_s"] for r in functional)
 
 
+OWN_SOURCE = "measured"
+"""A figure's ``source`` where operator-db measured it; a data set's name where imported."""
+PREDICTED_SOURCE = "predicted"
+"""A figure's ``source`` where a predictor gave it."""
+
+
+def is_imported(source: str | None) -> bool:
+    """Whether a figure's ``source`` names a data set (imported: neither own nor predicted)."""
+    return source not in (None, OWN_SOURCE, PREDICTED_SOURCE)
+
+
 def source_notes(records: list[dict[str, Any]], run: Any, names: dict[int, str]) -> list[str]:
     """Say which figures were imported from a data set (not measured by operator-db).
 
@@ -153,7 +164,7 @@ def source_notes(records: list[dict[str, Any]], run: Any, names: dict[int, str])
     notes = []
     imported: dict[str, int] = {}
     for r in records:
-        if r["source"] not in (None, "measured", "predicted"):
+        if is_imported(r["source"]):
             imported[r["source"]] = imported.get(r["source"], 0) + 1
     for name, n in sorted(imported.items()):
         notes.append(

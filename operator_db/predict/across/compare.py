@@ -23,6 +23,7 @@ from operator_db.db import queries
 from operator_db.errors import OperatorDBError
 from operator_db.estimate.compose import Estimate, estimate_model
 from operator_db.estimate.options import EstimateOptions
+from operator_db.estimate.rows import OWN_SOURCE, is_imported
 from operator_db.predict.across.store import gpu_kinds, load, predicted_costs_many
 from operator_db.stats import LEVEL, Interval, describe_error, noise_verdict
 
@@ -126,12 +127,8 @@ def _estimate(session: Session, model: str, kind: str, predicted: Any = None) ->
         return str(exc)
 
 
-OWN = "measured"
-"""The source of operator-db's own figures (``estimate.rows.count_sources``)."""
-
-
 def _source_text(name: str) -> str:
-    return "own measurements" if name == OWN else f"imported: {name}"
+    return "own measurements" if name == OWN_SOURCE else f"imported: {name}"
 
 
 def _who(est: Estimate) -> tuple[str, str]:
@@ -139,10 +136,10 @@ def _who(est: Estimate) -> tuple[str, str]:
 
     ``how``: ``measured`` or ``imported``, whichever gave more of the configurations.
     """
-    counts = {s: n for s, n in (est.sources or {}).items() if s and s != "predicted"}
-    own = counts.get(OWN, 0)
+    counts = {s: n for s, n in (est.sources or {}).items() if s == OWN_SOURCE or is_imported(s)}
+    own = counts.get(OWN_SOURCE, 0)
     how = "imported" if sum(counts.values()) - own > own else "measured"
-    names = sorted(counts, key=lambda s: (s != OWN, s))
+    names = sorted(counts, key=lambda s: (s != OWN_SOURCE, s))
     return how, ", ".join(_source_text(s) for s in names) or "own measurements"
 
 
@@ -169,11 +166,11 @@ def compare(
         elif est.coverage >= MIN_MEASURED:
             rows.append(_row(est, *_who(est)))
         elif est.full_run_time_s is not None:
-            run_source = est.full_run_source or OWN
+            run_source = est.full_run_source or OWN_SOURCE
             rows.append(
                 KindRow(
                     kind,
-                    "measured run" if run_source == OWN else "imported run",
+                    "measured run" if run_source == OWN_SOURCE else "imported run",
                     est.full_run_time_s,
                     None,
                     None,
