@@ -100,11 +100,8 @@ def kind_summaries(
 def rank_s(summary: Any) -> float:
     """Return what ranks a kind on the model page, s: its run, else its estimate (none: last).
 
-    ``summary``: an estimate's summary (a dict) or the API's ``EstimateOut``; None for the
-    kind asked for before its estimate is made (first).
+    ``summary``: an estimate's summary (a dict) or the API's ``EstimateOut``.
     """
-    if summary is None:
-        return -math.inf
     for field in ("full_run_time_s", "total_time_s"):
         value = summary.get(field) if isinstance(summary, dict) else getattr(summary, field, None)
         if isinstance(value, int | float) and value > 0:

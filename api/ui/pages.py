@@ -221,8 +221,9 @@ def model_page(
     estimates: dict[str, Any] = context.kind_summaries(
         session, name, [k for k in kinds if k != asked], settings.estimate_between_ops_warn
     )
-    kinds.sort(key=lambda kind: context.rank_s(estimates.get(kind)))
-    chosen = asked or (kinds[0] if kinds and not missing else None)
+    chosen = asked
+    if chosen is None and kinds and not missing:
+        chosen = min(kinds, key=lambda kind: context.rank_s(estimates[kind]))
     if chosen is not None:
         try:
             estimates[chosen] = models.get_estimate(
@@ -234,7 +235,7 @@ def model_page(
                 name, session, settings, device_kind=chosen, limit=1000
             )
     estimate = estimates.get(chosen) if chosen else None
-    kinds.sort(key=lambda kind: context.rank_s(estimates.get(kind)))
+    kinds.sort(key=lambda kind: context.rank_s(estimates[kind]))
     # "Predict" is offered only where a predictor can answer (pandas and scikit-learn aside).
     from operator_db.predict.mix import can_predict
 
