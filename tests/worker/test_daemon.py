@@ -162,7 +162,10 @@ def test_dead_database_is_a_clear_error() -> None:
     from operator_db.errors import DatabaseError
 
     store = Store.open("postgresql+psycopg://postgres@127.0.0.1:1/none", migrate=False)
-    worker = Worker(store, FakeDevice(), fast_settings(), WorkerOptions(until_idle=True))
+    # A worker waits out a dead database by default; this one may give up after two claims, so
+    # that the test cannot wait forever where registering is not what fails.
+    options = WorkerOptions(until_idle=True, max_db_failures=2, db_retry_s=0.01)
+    worker = Worker(store, FakeDevice(), fast_settings(), options)
     with pytest.raises(DatabaseError, match="is unavailable"):
         worker.run()
     store.close()
