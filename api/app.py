@@ -10,6 +10,7 @@ import anyio
 from fastapi import Depends, FastAPI
 
 from api import limits, metrics, openapi, problems, ui
+from api.bodies import BodyGuard
 from api.deps import refuse_nul
 from api.routes import router
 from api.security import SecurityHeaders
@@ -52,6 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limits.install(app, chosen)
     app.include_router(router)
     ui.install(app)
+    # Outside the in-flight count: a body is bounded, timed and read (after the route's token
+    # check) before the request holds a slot.
+    app.add_middleware(BodyGuard, settings=chosen)
     # Outermost: every answer, a refusal of the limits' included, carries the headers.
     app.add_middleware(SecurityHeaders, public_origin=chosen.api_public_origin)
     return app

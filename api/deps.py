@@ -110,9 +110,15 @@ def token_right(settings: Settings, token: str) -> Right | None:
     return found
 
 
-def _check(
+def check_token(
     settings: Settings, credentials: HTTPAuthorizationCredentials | None, need: Right
 ) -> None:
+    """Refuse ``credentials`` where they may not ``need`` (the routes' and ``api.bodies``' check).
+
+    Raises:
+        AuthenticationError: no token, or one the server does not know (401).
+        PermissionDeniedError: writes are disabled, or the token may only read (403).
+    """
     what = "writes" if need == "write" else "reads"
     if need == "write" and not any(right == "write" for _, right in server_tokens(settings)):
         raise PermissionDeniedError(
@@ -131,7 +137,7 @@ async def require_write(
     settings: Annotated[Settings, Depends(get_settings_dep)], credentials: Credentials = None
 ) -> None:
     """Refuse a write without a write token (401 without or with a bad one, 403 read-only)."""
-    _check(settings, credentials, "write")
+    check_token(settings, credentials, "write")
 
 
 async def require_read(
@@ -139,7 +145,7 @@ async def require_read(
 ) -> None:
     """Refuse a read without a token, where reads are configured to need one."""
     if settings.api_protect_reads:
-        _check(settings, credentials, "read")
+        check_token(settings, credentials, "read")
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]

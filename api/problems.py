@@ -90,11 +90,16 @@ def problem(
     )
 
 
-async def _domain_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, OperatorDBError)
+def domain_problem(request: Request, exc: OperatorDBError) -> JSONResponse:
+    """Return the problem document of a domain error (401s name the Bearer scheme)."""
     status = http_status(exc)
     headers = {"WWW-Authenticate": 'Bearer realm="operator-db"'} if status == 401 else None
     return problem(status, str(exc), type(exc).__name__, request, headers)
+
+
+async def _domain_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OperatorDBError)
+    return domain_problem(request, exc)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:

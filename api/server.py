@@ -9,9 +9,15 @@ turn the attack away from everyone. :class:`GuardedH11Protocol` (uvicorn's h11 p
 
 - closes a connection whose request head is not complete ``header_timeout_s`` after it opened,
   or after the first byte of a later request's head, with a ``408``;
+- closes a connection whose request body is not complete ``body_timeout_s`` after its head (the
+  app's ``api.bodies.BodyGuard`` answers 408 a second before; this is the backstop for a body
+  the app left unread), so that a body trickled a byte at a time holds nothing for long;
 - keeps at most ``max_connections`` open: beyond it, a new connection closes the one that has
-  waited longest without a request in progress (an incomplete head, or idle between requests),
-  the cheapest to lose; where every connection is serving a request, the new one gets a 503.
+  waited longest without a request in progress (an incomplete head, a body still coming, or idle
+  between requests), the cheapest to lose; where every connection is serving a request, the new
+  one gets a 503.
+
+Its own answers (408, 503) carry the security headers every answer of the app carries.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from api.security import HEADERS
 from operator_db.config import Settings, get_settings
 
 APP = "api.app:create_app"
@@ -45,14 +52,20 @@ def _problem(status: int, phrase: str, detail: str, error: str) -> bytes:
         {"title": phrase, "status": status, "detail": detail, "error": error},
         separators=(",", ":"),
     ).encode()
+    security = "".join(f"{name}: {value}\r\n" for name, value in HEADERS.items())
     head = (
-        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/problem+json\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/problem+json\r\n{security}"
         f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
 
 
 TIMED_OUT = _problem(408, "Request Timeout", "the request head was not complete in time", "Timeout")
+BODY_TIMED_OUT = _problem(
+    408, "Request Timeout", "the request body was not complete in time", "Timeout"
+)
+BODY_GRACE_S = 1.0
+"""The protocol's body clock runs this much longer than the app's (``api.bodies``), s."""
 FULL = _problem(503, "Service Unavailable", "too many connections", "TooManyConnections")
 log = logging.getLogger("operator_db.api")
 
@@ -61,11 +74,18 @@ class ServerConfig(uvicorn.Config):
     """uvicorn's configuration with the guarded protocol and its two limits."""
 
     def __init__(
-        self, app: str, *, header_timeout_s: float, max_connections: int, **kwargs: Any
+        self,
+        app: str,
+        *,
+        header_timeout_s: float,
+        max_connections: int,
+        body_timeout_s: float = 30.0,
+        **kwargs: Any,
     ) -> None:
-        """Configure ``app`` (an import string) with a head timeout (s) and a connection cap."""
+        """Configure ``app`` (an import string): head and body timeouts (s), a connection cap."""
         super().__init__(app, http="api.server:GuardedH11Protocol", backlog=BACKLOG, **kwargs)
         self.header_timeout_s = header_timeout_s
+        self.body_timeout_s = body_timeout_s
         self.max_connections = max_connections
 
 
@@ -94,10 +114,12 @@ class GuardedH11Protocol(H11Protocol):
         """Take the limits from a :class:`ServerConfig` (defaults for a plain uvicorn Config)."""
         super().__init__(config, server_state, **kwargs)
         self.header_timeout_s: float = getattr(config, "header_timeout_s", 10.0)
+        self.body_timeout_s: float = getattr(config, "body_timeout_s", 30.0) + BODY_GRACE_S
         self.max_connections: int = getattr(config, "max_connections", 4096)
         self.shared = _Shared.of(server_state)
         self.waiting = self.shared.waiting
         self.head_timer: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None
         self.dropped = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -124,12 +146,14 @@ class GuardedH11Protocol(H11Protocol):
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
-        """Feed h11; while the head is incomplete its clock runs, once complete it stops."""
+        """Feed h11; while the head, then the body, is incomplete its clock runs."""
         super().data_received(data)
         if self.transport.is_closing():
             self._stop_waiting()
         elif self.conn.their_state is h11.IDLE:
             self._wait_for_head()
+        elif self.conn.their_state is h11.SEND_BODY:
+            self._wait_for_body()
         else:
             self._stop_waiting()
 
@@ -160,11 +184,33 @@ class GuardedH11Protocol(H11Protocol):
         if self.head_timer is None:
             self.head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
 
-    def _stop_waiting(self) -> None:
-        self.waiting.pop(self, None)
+    def _wait_for_body(self) -> None:
+        """Put the connection on its body's clock (its head is complete), evictable meanwhile."""
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
+        self.waiting.setdefault(self, None)
+        if self.body_timer is None:
+            self.body_timer = self.loop.call_later(self.body_timeout_s, self._body_timed_out)
+
+    def _stop_waiting(self) -> None:
+        self.waiting.pop(self, None)
+        for timer in (self.head_timer, self.body_timer):
+            if timer is not None:
+                timer.cancel()
+        self.head_timer = self.body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self.body_timer = None
+        self.waiting.pop(self, None)
+        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            return
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started:
+            self.transport.write(BODY_TIMED_OUT)
+            self.transport.close()
+        else:
+            self.transport.abort()  # an answer is half out: nothing more can be said
 
     def _head_timed_out(self) -> None:
         self.head_timer = None
@@ -211,6 +257,7 @@ def server_config(
         port=port,
         workers=workers,
         header_timeout_s=settings.api_header_timeout_s,
+        body_timeout_s=settings.api_body_timeout_s,
         max_connections=cap,
         timeout_keep_alive=settings.api_keep_alive_s,
         **kwargs,

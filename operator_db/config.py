@@ -139,6 +139,18 @@ class Settings(BaseSettings):
         description="A connection whose request head (request line and headers) is not complete "
         "this long after it opened, or after the head's first byte, is closed, in s.",
     )
+    api_body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request body not complete this long after its head is refused (408) and "
+        "its connection closed, in s.",
+    )
+    api_max_body_bytes: int = Field(
+        default=64 * 1024,
+        gt=0,
+        description="Largest request body of a route other than POST /specs (which takes "
+        "max_spec_bytes), in bytes; a read takes none.",
+    )
     api_keep_alive_s: int = Field(
         default=5, ge=1, description="An idle kept-alive connection is closed after this, in s."
     )

@@ -13,7 +13,7 @@ from api.schemas import IngestedSpec
 from operator_db.config import Settings
 from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
-from operator_db.errors import SpecError, TooLargeError
+from operator_db.errors import SpecError
 from operator_db.ops.admission import admit_spec
 from operator_db.specs import load_spec_text
 
@@ -50,19 +50,11 @@ async def upload_spec(
     ops, typed constructor arguments, tensors within ``OPDB_MAX_TENSOR_NUMEL``.
 
     Re-uploading the same spec changes nothing; changed content replaces the model's operators.
-    The body is read in bounded chunks (413 past the limit); parsing, validation and storing run
-    in a worker thread, so the server goes on answering meanwhile.
+    The body is bounded by ``OPDB_MAX_SPEC_BYTES`` (413 past it, ``api.bodies``); parsing,
+    validation and storing run in a worker thread, so the server goes on answering meanwhile.
     """
-    limit = settings.max_spec_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise TooLargeError(f"{name}: body of {declared} bytes, over the limit of {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise TooLargeError(f"{name}: body over the limit of {limit} bytes")
-    return await run_in_threadpool(_ingest, store, bytes(body), name, settings.max_tensor_numel)
+    body = await request.body()  # bounded (413) and timed (408) by api.bodies.BodyGuard
+    return await run_in_threadpool(_ingest, store, body, name, settings.max_tensor_numel)
 
 
 def _ingest(store: Store, body: bytes, name: str, max_tensor_numel: int) -> IngestedSpec:

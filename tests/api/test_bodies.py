@@ -1,0 +1,183 @@
+"""Request bodies: bounded per route, timed, read after the token check (issue 46's findings).
+
+The served tests run a real ``opdb serve`` with a 1 s body timeout, 16 connections and 4 requests
+in flight, and attack it with raw sockets as the probe did.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.bodies import body_limit
+from operator_db.config import Settings
+from tests.api.test_serve import _free_port, _wait_for_health
+from tests.api.test_serve_limits import _answer, _response
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A server with a 1 s body timeout, 16 connections, 4 requests in flight: host and port."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "OPDB_DATABASE_URL": f"sqlite:///{tmp_path}/served.sqlite",
+        "OPDB_API_BODY_TIMEOUT_S": "1",
+        "OPDB_API_HEADER_TIMEOUT_S": "1",
+        "OPDB_API_MAX_CONNECTIONS": "16",
+        "OPDB_API_MAX_REQUESTS": "4",
+        "OPDB_API_TOKEN": TOKEN,
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "operator_db", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_health(server, f"http://127.0.0.1:{port}")
+        yield "127.0.0.1", port
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def _health_ms(where: tuple[str, int]) -> tuple[int, float]:
+    start = time.monotonic()
+    answer = httpx.get(f"http://{where[0]}:{where[1]}/health", timeout=5)
+    return answer.status_code, (time.monotonic() - start) * 1000
+
+
+@pytest.mark.slow
+def test_a_body_that_never_comes_holds_no_slot_and_is_timed(served: tuple[str, int]) -> None:
+    """260 sign-ins with ``Expect: 100-continue`` and silence took all 256 slots: a 503 for all."""
+    stalled = [socket.create_connection(served) for _ in range(10)]  # > 4 in flight
+    try:
+        for sock in stalled:
+            sock.sendall(
+                b"POST /ui/login HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n"
+            )
+        time.sleep(0.2)
+        status, ms = _health_ms(served)
+        assert status == 200 and ms < 1000
+        start = time.monotonic()
+        answer = _answer(stalled[0], 10)
+        assert b"HTTP/1.1 408 " in answer and b"body" in answer  # after a "100 Continue"
+        assert b"content-security-policy" in answer.lower()
+        assert time.monotonic() - start < 4
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+@pytest.mark.slow
+def test_a_trickled_body_is_closed_whatever_it_sends(served: tuple[str, int]) -> None:
+    """A byte every 0.3 s (every 3 s in the probe) restarted no clock: closed within the timeout."""
+    with socket.create_connection(served) as sock:
+        sock.sendall(
+            b"POST /ui/login HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        start = time.monotonic()
+        closed = False
+        while time.monotonic() - start < 6 and not closed:
+            try:
+                sock.sendall(b"1\r\na\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            sock.settimeout(0.3)
+            try:
+                closed = b" 408 " in sock.recv(4096)
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                closed = True
+        assert closed and time.monotonic() - start < 4
+
+
+@pytest.mark.slow
+def test_a_stalled_body_is_evicted_like_a_stalled_head(served: tuple[str, int]) -> None:
+    """4,200 GETs of /health with a 1 GB Content-Length, trickled, filled the connection cap."""
+    stalled = [socket.create_connection(served) for _ in range(40)]  # > 16 connections
+    try:
+        for sock in stalled:
+            sock.sendall(
+                b"POST /models/x/jobs HTTP/1.1\r\nHost: x\r\n"
+                + f"Authorization: Bearer {TOKEN}\r\n".encode()
+                + b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n{"
+            )
+        status, ms = _health_ms(served)
+        assert status == 200 and ms < 1000
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+@pytest.mark.slow
+def test_a_body_on_a_read_is_refused_at_once(served: tuple[str, int]) -> None:
+    with socket.create_connection(served) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\nx")
+        head = _response(sock)
+        assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
+        assert _answer(sock, 2) == b""  # closed: no trickle can keep it
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    settings = Settings(database_url=db_url, api_token=TOKEN, api_max_body_bytes=1000)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def test_the_token_is_checked_before_the_body(client: TestClient) -> None:
+    """A 1.5 GB JSON body took the server to 3.5 GB before its 422: now a 401, nothing read."""
+    declared = {"Content-Length": str(1_500_000_000), "Content-Type": "application/json"}
+    answer = client.post("/models/x/jobs", content=b"{", headers=declared)
+    assert answer.status_code == 413  # declared over the route's limit: refused unread
+    answer = client.post(
+        "/models/x/jobs", content=iter([b'{"device_kind": ', b'"cpu"}']), headers={"X": "chunked"}
+    )
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"].startswith("Bearer")
+    assert answer.headers["content-type"] == "application/problem+json"
+    read_only = client.post(
+        "/models/x/jobs", json={"device_kind": "cpu"}, headers={"Authorization": "Bearer nope"}
+    )
+    assert read_only.status_code == 401
+
+
+def test_a_chunked_body_past_the_route_limit_is_a_413(client: TestClient) -> None:
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    answer = client.post("/models/x/jobs", content=iter([b"x" * 600] * 3), headers=auth)
+    assert answer.status_code == 413
+    assert "at most 1000 bytes" in answer.json()["detail"]
+    fits = client.post("/models/x/jobs", json={"device_kind": "cpu"}, headers=auth)
+    assert fits.status_code == 404  # read whole, passed on: the route answers for the model
+
+
+def test_each_route_has_its_body_limit() -> None:
+    settings = Settings(max_spec_bytes=5000, api_max_body_bytes=100)
+    assert body_limit("GET", "/health", settings) == 0
+    assert body_limit("DELETE", "/models/x", settings) == 0
+    assert body_limit("POST", "/specs", settings) == 5000
+    assert body_limit("POST", "/ui/login", settings) == 100
+
+
+def test_a_body_to_no_route_is_left_unread_and_its_connection_closed(client: TestClient) -> None:
+    answer = client.request("TRACE", "/specs", content=b"x" * 100)
+    assert answer.status_code == 405 and answer.headers["connection"] == "close"
+    assert client.post("/nowhere", content=b"x" * 100).status_code == 404
