@@ -42,7 +42,7 @@ class Health(BaseModel):
     """Whether the service can reach its database and at which schema revision it is."""
 
     status: Literal["ok"]
-    database: str
+    database: str = Field(description="The database's kind: 'sqlite' or 'postgresql' (no URL).")
     revision: str | None
     head: str = Field(description="The revision this code expects.")
     version: str

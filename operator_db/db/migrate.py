@@ -8,6 +8,7 @@ Alembic is imported to migrate and to walk the revisions' history.
 from __future__ import annotations
 
 import ast
+import threading
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,14 +69,34 @@ def _script_ids(path: Path) -> tuple[str, set[str]]:
     return revision, downs
 
 
+_SCRIPTS: dict[tuple[Path, int, int], tuple[str, set[str]]] = {}
+"""Each script's ids by (path, size, mtime ns): parsed once, parsed again where it changed."""
+_SCRIPTS_LOCK = threading.Lock()
+
+
+def _scripts(paths: list[Path]) -> list[tuple[str, set[str]]]:
+    """Return each script's ids, parsing only those not seen as they are (thread-safe)."""
+    with _SCRIPTS_LOCK:  # /health asks from many threads at once
+        found = []
+        for path in paths:
+            stat = path.stat()
+            key = (path, stat.st_size, stat.st_mtime_ns)
+            if key not in _SCRIPTS:
+                _SCRIPTS[key] = _script_ids(path)
+            found.append(_SCRIPTS[key])
+        return found
+
+
 def head_revision() -> str:
     """Return the newest revision the code knows: the one no other script follows.
+
+    The scripts are parsed once each (``_scripts``): a call costs a directory listing.
 
     Raises:
         DatabaseError: no scripts, or several heads (a branch to merge).
     """
     paths = sorted((migrations_dir() / "versions").glob("[!_]*.py"))
-    scripts = [_script_ids(p) for p in paths]
+    scripts = _scripts(paths)
     followed = set().union(*(downs for _, downs in scripts))
     heads = sorted(revision for revision, _ in scripts if revision not in followed)
     if not heads:

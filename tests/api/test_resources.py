@@ -168,6 +168,38 @@ def test_health_is_503_when_the_database_fails_or_lags(
     assert client.get("/openapi.json").status_code == 200  # the server stays up
 
 
+def test_health_shows_no_database_url(client: TestClient, db_url: str) -> None:
+    """It showed the database's URL (host, path, user) to anyone, protected reads or not."""
+    from operator_db.db import migrate
+
+    answer = client.get("/health").json()
+    assert answer["database"] in ("sqlite", "postgresql")
+    where = db_url.split("///")[-1].split("@")[-1]
+    assert where not in client.get("/health").text
+
+    def down(_engine: object) -> str:
+        raise ConnectionError(f"refused by {db_url}")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(migrate, "current_revision", down)
+        dead = client.get("/health")
+    assert dead.status_code == 503 and where not in dead.text
+
+
+def test_health_is_cheap_and_thread_safe(client: TestClient) -> None:
+    """13 of 2,000 at concurrency 40 were 500s: each parsed the migrations (9.7 ms) in threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from operator_db.db import migrate
+
+    with ThreadPoolExecutor(16) as pool:
+        heads = set(pool.map(lambda _: migrate.head_revision(), range(400)))
+    assert len(heads) == 1
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: client.get("/health").status_code, range(80)))
+    assert codes == [200] * 80
+
+
 def test_prometheus_metrics(client: TestClient) -> None:
     assert client.post("/models/mlp-small-b8/jobs", json={"device_kind": H100}, headers=AUTH)
     client.get("/models/nope")
