@@ -93,7 +93,9 @@ def main() -> None:
     )
     first, again = [], []
     # The per-client rate limit off: this one client asks for every page, to time them.
-    with TestClient(create_app(Settings(database_url=args.db, api_rate_per_s=0))) as client:
+    with TestClient(
+        create_app(Settings(database_url=args.db, api_rate_per_s=0, api_client_share=0))
+    ) as client:
         for model in models[: max(1, args.repeat // 4)]:
             for bucket in (first, again, again, again):
                 start = time.perf_counter()

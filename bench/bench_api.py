@@ -72,6 +72,7 @@ def _env(url: str) -> dict[str, str]:
     # Every client of the load is 127.0.0.1: the per-client rate limit (docs/api.md, "Limits")
     # would answer most of them 429. The benchmarks measure what the server can serve.
     env["OPDB_API_RATE_PER_S"] = "0"
+    env["OPDB_API_CLIENT_SHARE"] = "0"
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), str(HERE), os.environ.get("PYTHONPATH")) if p
     )

@@ -185,7 +185,12 @@ def serve(url: str, log: Path, extra: list[str]) -> tuple[subprocess.Popen[bytes
     ``extra``: ``NAME=VALUE`` settings of the server's environment.
     """
     port = _free_port()
-    env = {**_env(url), "OPDB_API_RATE_PER_S": "0", **dict(e.split("=", 1) for e in extra)}
+    env = {
+        **_env(url),
+        "OPDB_API_RATE_PER_S": "0",
+        "OPDB_API_CLIENT_SHARE": "0",
+        **dict(e.split("=", 1) for e in extra),
+    }
     cmd = [sys.executable, "-m", "operator_db", "serve", "--port", str(port)]
     with log.open("wb") as out:
         server = subprocess.Popen(cmd, env=env, stdout=out, stderr=out, cwd=ROOT)

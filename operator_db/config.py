@@ -175,6 +175,22 @@ class Settings(BaseSettings):
     api_rate_burst: int = Field(
         default=120, ge=1, description="Expensive reads a client may make at once (its bucket)."
     )
+    api_client_share: float = Field(
+        default=1.0,
+        ge=0,
+        description="Server-seconds a second one client (its token, else its address) may use "
+        "on average, each request charged the time it took; beyond it a 429 with Retry-After. "
+        "1: all one client asking one request at a time can use. 0: no limit.",
+    )
+    api_client_burst_s: float = Field(
+        default=60.0, gt=0, description="Server-seconds a client may use at once (its bucket)."
+    )
+    api_forwarded_allow_ips: list[str] = Field(
+        default_factory=list,
+        description='Proxies (addresses or networks, e.g. ["10.0.0.1"]) whose X-Forwarded-For '
+        "and X-Forwarded-Proto are believed; none by default (the peer's address is the "
+        "client's). Also `opdb serve --forwarded-allow-ips`.",
+    )
     measure: MeasureSettings = Field(
         default_factory=MeasureSettings,
         description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",

@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from api.deps import Credentials, ReadSessionDep, get_settings_dep, server_tokens, token_right
-from api.limits import EXPENSIVE
+from api.limits import EXPENSIVE, login_limited
 from api.problems import http_status
 from api.routes import configs, devices, jobs, llms, models
 from api.routes.common import Name, Offset
@@ -418,7 +418,7 @@ def login_form(
     )
 
 
-@router.post("/login", dependencies=[Depends(same_origin)])
+@router.post("/login", dependencies=[Depends(same_origin), Depends(login_limited)])
 def login(
     request: Request,
     settings: Annotated[Settings, Depends(get_settings_dep)],

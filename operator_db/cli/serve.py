@@ -13,6 +13,13 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     workers: Annotated[int, typer.Option(min=1, help="Processes (stateless; share the DB).")] = 1,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            help="Proxies whose X-Forwarded-For/-Proto are believed, comma-separated addresses or "
+            "networks (OPDB_API_FORWARDED_ALLOW_IPS); none by default.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the REST API (OpenAPI at /docs); the database is OPDB_DATABASE_URL.
 
@@ -22,8 +29,13 @@ def serve(
     import uvicorn
 
     from api.server import run, server_config
+    from operator_db.config import get_settings
 
-    config = server_config(host, port, workers)
+    settings = get_settings()
+    if forwarded_allow_ips is not None:
+        proxies = [p.strip() for p in forwarded_allow_ips.split(",") if p.strip()]
+        settings = settings.model_copy(update={"api_forwarded_allow_ips": proxies})
+    config = server_config(host, port, workers, settings=settings)
     if workers == 1:
         run(config)
         return

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from api.app import create_app
 from api.figures import FIGURES, FigureCache
-from api.limits import InFlight, RateLimiter
+from api.limits import LOGIN_BURST, InFlight, RateLimiter, TimeShare
 from operator_db.config import Settings
 from tests.api.common import AUTH, TOKEN, api_client
 from tests.helpers import EXAMPLE_SPECS, measure_everything
@@ -144,3 +144,90 @@ def test_requests_beyond_the_most_in_flight_get_a_503() -> None:
         return [refused.status_code, *[(await t).status_code for t in held], limit.now]
 
     assert asyncio.run(scenario()) == [503, 200, 200, 0]
+
+
+def test_a_client_is_charged_the_server_time_it_takes() -> None:
+    """/ui/configurations/{key} (42 ms), /configurations?limit=1000: costly and unlimited."""
+    now = [0.0]
+    share = TimeShare(1.0, 2.0, clock=lambda: now[0])
+    assert share.admit("a") == 0.0
+    share.charge("a", 3.0)  # 2 s kept, 3 s used: 1 s in debt
+    assert share.admit("a") == pytest.approx(1.0)
+    assert share.admit("b") == 0.0  # per client
+    now[0] = 1.5
+    assert share.admit("a") == 0.0
+    assert TimeShare(0, 1).admit("a") == 0.0  # 0: no limit
+
+
+def test_costly_reads_beyond_the_share_get_a_429_and_failures_cost_nothing(db_url: str) -> None:
+    settings = Settings(database_url=db_url, api_client_share=0.001, api_client_burst_s=0.05)
+    with TestClient(create_app(settings)) as c:
+        codes = [c.get("/configurations", params={"limit": 1000}).status_code for _ in range(60)]
+        assert codes[0] == 200 and codes[-1] == 429
+        refused = c.get("/models")
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        assert "share of the server's time" in refused.json()["detail"]
+
+
+def test_an_expensive_read_the_server_failed_gives_its_token_back() -> None:
+    limiter = RateLimiter(0.001, 1)
+    assert limiter.take("a") == 0.0 and limiter.take("a") > 0
+    limiter.give_back("a")
+    assert limiter.take("a") == 0.0
+
+
+def test_clients_with_tokens_are_apart_behind_one_address(db_url: str) -> None:
+    """Under compose every client came from the gateway's address and shared one bucket."""
+    settings = Settings(
+        database_url=db_url,
+        api_read_tokens=[SecretStr("reader-one"), SecretStr("reader-two")],
+        api_rate_per_s=0.001,
+        api_rate_burst=1,
+    )
+    with TestClient(create_app(settings)) as c:
+        estimate = f"/models/{MODEL}/compare"
+        one, two = ({"Authorization": f"Bearer reader-{n}"} for n in ("one", "two"))
+        assert c.get(estimate, headers=one).status_code == 404
+        assert c.get(estimate, headers=one).status_code == 429
+        assert c.get(estimate, headers=two).status_code == 404  # a bucket of its own
+        assert c.get(estimate).status_code == 404  # the address's bucket
+        bad = {"Authorization": "Bearer made-up"}  # an unknown token is its address
+        assert c.get(estimate, headers=bad).status_code == 429
+
+
+def test_sign_ins_are_throttled(db_url: str) -> None:
+    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN))
+    with TestClient(create_app(settings)) as c:
+        codes = [
+            c.post("/ui/login", data={"token": "guess"}, follow_redirects=False).status_code
+            for _ in range(LOGIN_BURST + 1)
+        ]
+    assert codes[:LOGIN_BURST] != [429] * LOGIN_BURST and codes[-1] == 429
+
+
+def test_forwarded_headers_are_believed_from_configured_proxies_only() -> None:
+    """A rotating X-Forwarded-For from 127.0.0.1 got 300 of 300 through: uvicorn trusted it."""
+    from api.server import server_config
+
+    plain = server_config("127.0.0.1", 8000, 1, settings=Settings())
+    assert plain.proxy_headers is False
+    behind = server_config(
+        "127.0.0.1", 8000, 1, settings=Settings(api_forwarded_allow_ips=["10.0.0.7"])
+    )
+    assert behind.proxy_headers is True and behind.forwarded_allow_ips == ["10.0.0.7"]
+
+
+def test_serve_takes_the_forwarded_allow_ips_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/api.md named a --forwarded-allow-ips that opdb serve did not have."""
+    from typer.testing import CliRunner
+
+    import api.server
+    from operator_db.cli.main import app
+
+    seen: list[object] = []
+    monkeypatch.setattr(api.server, "run", lambda config: seen.append(config))
+    result = CliRunner().invoke(app, ["serve", "--forwarded-allow-ips", "10.0.0.7, 10.1.0.0/16"])
+    assert result.exit_code == 0, result.output
+    [config] = seen
+    assert config.proxy_headers is True  # type: ignore[attr-defined]
+    assert config.forwarded_allow_ips == ["10.0.0.7", "10.1.0.0/16"]  # type: ignore[attr-defined]
