@@ -11,7 +11,8 @@ that never ends) and make the server parse 1.5 GB of JSON before saying 401.
 1. finds the route and refuses a body it does not take: ``body_limit`` gives each route's bytes
    (0 for reads, ``OPDB_MAX_SPEC_BYTES`` for ``POST /specs``, ``OPDB_API_MAX_BODY_BYTES`` for
    the other writes and the sign-in forms); a declared ``Content-Length`` over it is a 413 at once;
-2. checks the route's token before reading a byte (401/403, as the route itself would);
+2. checks the route's write token before reading a byte (401/403, as the route itself would;
+   ``token_needed``: every route with a body outside the pages is a write);
 3. reads the body whole within ``OPDB_API_BODY_TIMEOUT_S`` of the head (408 past it; 413 as soon
    as a chunked body passes the limit), then passes it on to the app in one message.
 
@@ -32,7 +33,7 @@ from starlette.requests import Request
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import Right, check_token, require_read, require_write
+from api.deps import Right, check_token
 from api.problems import domain_problem, problem
 from operator_db.config import Settings
 from operator_db.errors import OperatorDBError
@@ -51,20 +52,15 @@ def body_limit(method: str, path: str, settings: Settings) -> int:
     return settings.api_max_body_bytes
 
 
-def _right_needed(route: Any) -> Right | None:
-    """Return the token ``route``'s dependencies check for (write before read), if any."""
-    found: set[Right] = set()
-    stack = [getattr(route, "dependant", None)]
-    while stack:
-        dependant = stack.pop()
-        if dependant is None:
-            continue
-        if dependant.call is require_write:
-            found.add("write")
-        elif dependant.call is require_read:
-            found.add("read")
-        stack.extend(dependant.dependencies)
-    return "write" if "write" in found else "read" if found else None
+def token_needed(method: str, path: str) -> Right | None:
+    """Return the token a request with a body needs on its route: write, outside the pages.
+
+    Every route that takes a body outside ``/ui/`` is a write (``require_write``); the pages'
+    forms (sign-in, sign-out) take none. ``tests/api/test_bodies.py`` holds the routes to it.
+    """
+    if method.upper() in NO_BODY or path.startswith("/ui/"):
+        return None
+    return "write"
 
 
 class BodyGuard:
@@ -74,7 +70,6 @@ class BodyGuard:
         """Guard ``app`` with the limits of ``settings``."""
         self.app = app
         self.settings = settings
-        self._rights: dict[int, Right | None] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Refuse or read the request's body, then serve it with the body already read."""
@@ -88,8 +83,7 @@ class BodyGuard:
             await self.app(scope, receive, send)  # nothing to read
             return
         request = Request(scope)
-        route = self._route(scope)
-        if route is None:  # a 404 or 405 reads no body: answered as it is, then closed
+        if not self._routed(scope):  # a 404 or 405 reads no body: answered as it is, then closed
             await self.app(scope, _replay(b"", receive), _closing(send))
             return
         limit = body_limit(scope["method"], scope["path"], self.settings)
@@ -104,7 +98,7 @@ class BodyGuard:
             )
             await refusal(scope, receive, send)
             return
-        denied = self._token_refusal(route, request)
+        denied = self._token_refusal(request)
         if denied is not None:
             await denied(scope, receive, send)
             return
@@ -113,20 +107,16 @@ class BodyGuard:
             return
         await self.app(scope, _replay(body, receive), send)
 
-    def _token_refusal(self, route: Any, request: Request) -> Any:
+    def _token_refusal(self, request: Request) -> Any:
         """Return the route's 401/403 where the request's token may not use it, else None."""
-        key = id(route)
-        if key not in self._rights:
-            self._rights[key] = _right_needed(route)
-        need = self._rights[key]
-        if need is None or (need == "read" and not self.settings.api_protect_reads):
+        if token_needed(request.method, request.url.path) is None:
             return None
         credentials = None
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and token:
             credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
         try:
-            check_token(self.settings, credentials, need)
+            check_token(self.settings, credentials, "write")
         except OperatorDBError as exc:
             response = domain_problem(request, exc)
             response.headers.update(CLOSE)
@@ -134,13 +124,10 @@ class BodyGuard:
         return None
 
     @staticmethod
-    def _route(scope: Scope) -> Any:
-        """Return the route that serves the request's method and path, or None (404, 405)."""
+    def _routed(scope: Scope) -> bool:
+        """Return whether a route serves the request's method and path (else a 404 or 405)."""
         app = scope.get("app")
-        for route in getattr(app, "routes", ()):
-            if route.matches(scope)[0] == Match.FULL:
-                return route
-        return None
+        return any(route.matches(scope)[0] == Match.FULL for route in getattr(app, "routes", ()))
 
     async def _read(
         self, scope: Scope, receive: Receive, send: Send, request: Request, limit: int

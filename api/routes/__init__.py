@@ -6,8 +6,10 @@ from fastapi import APIRouter
 
 from api.routes import configs, devices, jobs, llms, models, service, sources, specs
 
+MODULES = (service, specs, models, configs, jobs, devices, sources, llms)
+"""The resource modules, each with its ``router``."""
 router = APIRouter()
-for module in (service, specs, models, configs, jobs, devices, sources, llms):
+for module in MODULES:
     router.include_router(module.router)
 
-__all__ = ["router"]
+__all__ = ["MODULES", "router"]

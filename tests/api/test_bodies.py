@@ -16,10 +16,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import APIRouter
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.bodies import body_limit
+from api.bodies import body_limit, token_needed
+from api.deps import require_write
+from api.routes import MODULES as ROUTE_MODULES
+from api.ui import pages as pages_module
 from operator_db.config import Settings
 from tests.api.test_serve import _free_port, _wait_for_health
 from tests.api.test_serve_limits import _answer, _response
@@ -148,10 +153,15 @@ def test_the_token_is_checked_before_the_body(client: TestClient) -> None:
     declared = {"Content-Length": str(1_500_000_000), "Content-Type": "application/json"}
     answer = client.post("/models/x/jobs", content=b"{", headers=declared)
     assert answer.status_code == 413  # declared over the route's limit: refused unread
-    answer = client.post(
-        "/models/x/jobs", content=iter([b'{"device_kind": ', b'"cpu"}']), headers={"X": "chunked"}
-    )
-    assert answer.status_code == 401
+    read: list[int] = []
+
+    def body() -> Iterator[bytes]:  # chunked, past the route's limit if it were read
+        for _ in range(3):
+            read.append(600)
+            yield b"x" * 600
+
+    answer = client.post("/models/x/jobs", content=body())
+    assert answer.status_code == 401  # not 413: refused before the body was read
     assert answer.headers["www-authenticate"].startswith("Bearer")
     assert answer.headers["content-type"] == "application/problem+json"
     read_only = client.post(
@@ -181,3 +191,30 @@ def test_a_body_to_no_route_is_left_unread_and_its_connection_closed(client: Tes
     answer = client.request("TRACE", "/specs", content=b"x" * 100)
     assert answer.status_code == 405 and answer.headers["connection"] == "close"
     assert client.post("/nowhere", content=b"x" * 100).status_code == 404
+
+
+def _right_of(route: APIRoute) -> str | None:
+    """The token ``route``'s dependencies check for (write before read), if any."""
+    found, stack = set(), [route.dependant]
+    while stack:
+        dependant = stack.pop()
+        found |= {"write"} if dependant.call is require_write else set()
+        stack.extend(dependant.dependencies)
+    return "write" if found else None
+
+
+def test_every_route_with_a_body_is_held_to_its_token_before_it() -> None:
+    """api.bodies checks the write token of a body's route by rule: every route is held to it."""
+    routes = [
+        route
+        for module in (*ROUTE_MODULES, pages_module)
+        for router in vars(module).values()
+        if isinstance(router, APIRouter)
+        for route in router.routes
+        if isinstance(route, APIRoute)
+    ]
+    assert len(routes) > 30
+    for route in routes:
+        for method in route.methods or ():
+            if body_limit(method, route.path, Settings()) > 0:  # a route that takes a body
+                assert token_needed(method, route.path) == _right_of(route), (method, route.path)
