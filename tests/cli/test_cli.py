@@ -322,3 +322,22 @@ def test_stored_free_text_is_printed_as_it_is(
     assert listing.code == 0 and MARKUP in listing.out
     missing = run_cli(capsys, "models", "show", MARKUP, "--db", db_url)
     assert missing.code == 1 and f"no model named {MARKUP!r}" in missing.err
+
+
+ESCAPES = "\x1b]8;;https://evil.example\x1b\\docs\x1b]8;;\x1b\\ \x1b]0;pwned\x07 \x9b31m"
+"""A spec's reference holding an OSC 8 hyperlink, an OSC 0 window title and a C1 CSI."""
+
+
+def test_stored_escapes_cannot_command_the_terminal(
+    capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
+) -> None:
+    """`opdb models list` wrote a reference's OSC 8 and OSC 0 sequences raw."""
+    spec = spec_dict("escapes")
+    spec["model"]["reference"] = ESCAPES
+    path = tmp_path / "escapes.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert run_cli(capsys, "ingest", str(path), "--db", db_url).code == 0
+    listing = run_cli(capsys, "models", "list", "--db", db_url)
+    assert listing.code == 0
+    assert "\x1b" not in listing.out and "\x07" not in listing.out and "\x9b" not in listing.out
+    assert "\\x1b]8;;https://evil.example" in listing.out and "\\x9b31m" in listing.out
