@@ -56,6 +56,18 @@ class Settings(BaseSettings):
         "input's storage, a module's parameters and buffers together); checked where specs come "
         "in. 2**40 is the format's own limit.",
     )
+    max_tensor_bytes: int = Field(
+        default=2**35,
+        gt=0,
+        description="Largest tensor a spec may ask for or make a call create, in bytes (32 GiB: "
+        "a complex128 element is 16 bytes); checked where specs come in.",
+    )
+    max_call_flops: float = Field(
+        default=1e14,
+        gt=0,
+        description="Most FLOPs one call of a spec's operator may cost (1e14: about 0.1 s of an "
+        "H100's dense float16, many minutes of a CPU); checked where specs come in.",
+    )
     auto_upgrade_sqlite: bool = Field(
         default=True, description="Bring a SQLite database to the latest schema on first use."
     )

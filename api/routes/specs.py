@@ -54,15 +54,20 @@ async def upload_spec(
     validation and storing run in a worker thread, so the server goes on answering meanwhile.
     """
     body = await request.body()  # bounded (413) and timed (408) by api.bodies.BodyGuard
-    return await run_in_threadpool(_ingest, store, body, name, settings.max_tensor_numel)
+    return await run_in_threadpool(_ingest, store, body, name, settings)
 
 
-def _ingest(store: Store, body: bytes, name: str, max_tensor_numel: int) -> IngestedSpec:
+def _ingest(store: Store, body: bytes, name: str, settings: Settings) -> IngestedSpec:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError(name, "", f"not UTF-8 text (byte {exc.start})") from None
-    loaded = admit_spec(load_spec_text(text, name), max_tensor_numel=max_tensor_numel)
+    loaded = admit_spec(
+        load_spec_text(text, name),
+        max_tensor_numel=settings.max_tensor_numel,
+        max_tensor_bytes=settings.max_tensor_bytes,
+        max_call_flops=settings.max_call_flops,
+    )
     with store.transaction() as session:
         [result] = ingest_specs(session, [loaded])
     return IngestedSpec(

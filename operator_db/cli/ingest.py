@@ -54,7 +54,11 @@ def admitted_specs(paths: Sequence[str | Path]) -> list[LoadedSpec]:
 
     settings = get_settings()
     return load_admitted(
-        paths, max_spec_bytes=settings.max_spec_bytes, max_tensor_numel=settings.max_tensor_numel
+        paths,
+        max_spec_bytes=settings.max_spec_bytes,
+        max_tensor_numel=settings.max_tensor_numel,
+        max_tensor_bytes=settings.max_tensor_bytes,
+        max_call_flops=settings.max_call_flops,
     )
 
 

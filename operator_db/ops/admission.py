@@ -12,13 +12,19 @@ settings, the same way wherever it comes in (``opdb ingest``, ``POST /specs``, a
   strided input, holds at most ``max_tensor_numel`` elements (``OPDB_MAX_TENSOR_NUMEL``);
 - so does every tensor a ``module`` or ``function`` operator's call creates from its arguments
   (factories, ``repeat``, ``expand``, ``interpolate`` sizes, intermediates): the call is run once
-  on fake tensors, which allocate nothing (``ops/probe.py``); where that run fails, the sizes the
-  call's arguments write are bounded instead.
+  on fake tensors, which allocate nothing (``ops/probe.py``), sizes that follow values taken at
+  the worst the spec's value ranges allow; a size no range bounds is refused; where the run fails
+  otherwise, the sizes the call's arguments write are bounded instead;
+- where the door is given them (``opdb ingest``, ``POST /specs``, a study), every tensor holds at
+  most ``max_tensor_bytes`` bytes (``OPDB_MAX_TENSOR_BYTES``: a complex128 tensor is 16 bytes an
+  element) and a call costs at most ``max_call_flops`` FLOPs (``OPDB_MAX_CALL_FLOPS``), counted
+  on the same fake run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from operator_db.errors import SpecError
@@ -31,12 +37,28 @@ from operator_db.specs.io import LoadedSpec, load_specs
 from operator_db.specs.schema import OperatorSpec, TensorSpec
 
 
-def admit_spec(loaded: LoadedSpec, *, max_tensor_numel: int) -> LoadedSpec:
+@dataclass(frozen=True)
+class Limits:
+    """What one call of a spec's operators may ask of a worker (None: not checked)."""
+
+    max_tensor_numel: int
+    max_tensor_bytes: int | None = None
+    max_call_flops: float | None = None
+
+
+def admit_spec(
+    loaded: LoadedSpec,
+    *,
+    max_tensor_numel: int,
+    max_tensor_bytes: int | None = None,
+    max_call_flops: float | None = None,
+) -> LoadedSpec:
     """Return ``loaded`` if a worker may run what it asks (see the module documentation).
 
     Raises:
         SpecError: naming the spec, the place (``operators[3].args.in_features``) and the problem.
     """
+    limits = Limits(max_tensor_numel, max_tensor_bytes, max_call_flops)
     spec = loaded.spec
     tensors = _tensors("model.inputs", spec.model.inputs)
     for i, op in enumerate(spec.operators):
@@ -51,8 +73,15 @@ def admit_spec(loaded: LoadedSpec, *, max_tensor_numel: int) -> LoadedSpec:
             raise SpecError(
                 loaded.source, f"{path}.shape", _too_large(tensor.numel, max_tensor_numel)
             )
+        if max_tensor_bytes is not None and tensor.nbytes > max_tensor_bytes:
+            raise SpecError(
+                loaded.source,
+                f"{path}.shape",
+                f"tensor of {tensor.nbytes} bytes ({tensor.dtype}), over the limit of "
+                f"{max_tensor_bytes} (OPDB_MAX_TENSOR_BYTES)",
+            )
     for i, op in enumerate(spec.operators):
-        problem = _created_problem(op, max_tensor_numel)
+        problem = _created_problem(op, limits)
         if problem is not None:
             path, message = problem
             raise SpecError(loaded.source, f"operators[{i}].{path}", message)
@@ -99,16 +128,33 @@ def _operator_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | Non
     return None
 
 
-def _created_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | None:
-    """Return (path inside the operator, message) where its call creates too large a tensor."""
+def _created_problem(op: OperatorSpec, limits: Limits) -> tuple[str, str] | None:
+    """Return (path inside the operator, message) where its call creates or costs too much.
+
+    A size that nothing bounds is too much.
+    """
     if op.form == "opaque":
         return None
     created = largest_created(op)
-    if created.failure is None:
-        if created.numel <= max_numel:
-            return None
+    max_numel = limits.max_tensor_numel
+    if created.unbounded:
+        return "call", f"{op.op}: {created.failure}; a size it cannot bound is refused"
+    if created.numel > max_numel:
         made = f"{op.op} creates a tensor of {created.numel} elements ({created.aten})"
         return "call", f"{made}, {_over(max_numel)}"
+    if limits.max_tensor_bytes is not None and created.nbytes > limits.max_tensor_bytes:
+        made = f"{op.op} creates a tensor of {created.nbytes} bytes"
+        return (
+            "call",
+            f"{made}, over the limit of {limits.max_tensor_bytes} (OPDB_MAX_TENSOR_BYTES)",
+        )
+    if created.failure is None:
+        if limits.max_call_flops is not None and created.flops > limits.max_call_flops:
+            return "call", (
+                f"{op.op}: a call of {created.flops:.3g} FLOPs, over the limit of "
+                f"{limits.max_call_flops:.3g} (OPDB_MAX_CALL_FLOPS)"
+            )
+        return None
     if op.call is None:  # the inputs alone, already bounded
         return None
     size = largest_argument_size(op.call.args, dict(op.call.kwargs))
@@ -119,7 +165,12 @@ def _created_problem(op: OperatorSpec, max_numel: int) -> tuple[str, str] | None
 
 
 def load_admitted(
-    paths: Iterable[str | Path], *, max_spec_bytes: int, max_tensor_numel: int
+    paths: Iterable[str | Path],
+    *,
+    max_spec_bytes: int,
+    max_tensor_numel: int,
+    max_tensor_bytes: int | None = None,
+    max_call_flops: float | None = None,
 ) -> list[LoadedSpec]:
     """Load and validate spec files whole (files, directories or globs), and admit each.
 
@@ -127,6 +178,11 @@ def load_admitted(
         SpecError: the first file that is not valid, or asks what a worker may not run.
     """
     return [
-        admit_spec(loaded, max_tensor_numel=max_tensor_numel)
+        admit_spec(
+            loaded,
+            max_tensor_numel=max_tensor_numel,
+            max_tensor_bytes=max_tensor_bytes,
+            max_call_flops=max_call_flops,
+        )
         for loaded in load_specs(paths, max_bytes=max_spec_bytes)
     ]

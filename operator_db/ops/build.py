@@ -44,7 +44,7 @@ def storage_numel(shape: list[int], stride: list[int]) -> int:
     return 1 + sum((size - 1) * step for size, step in zip(shape, stride, strict=True))
 
 
-def _int_high(op: OperatorSpec, index: int, module: nn.Module | None) -> int:
+def int_high(op: OperatorSpec, index: int, module: nn.Module | None) -> int:
     """Upper bound (exclusive) for an integer input without a ``value_range``.
 
     An Embedding's indices must be below ``num_embeddings``. For other ops the integer input is
@@ -259,7 +259,7 @@ def build_op(
             device=dev,
             dtype=dtype,
             stride=strides.get(i),
-            high=_int_high(op, i, module),
+            high=int_high(op, i, module),
             generator=generator,
         )
         for i, t in enumerate(op.inputs)

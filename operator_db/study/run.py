@@ -168,7 +168,11 @@ def _store(store: Store, path: Path, settings: Settings) -> None:
     from operator_db.ops.admission import load_admitted
 
     specs = load_admitted(
-        [path], max_spec_bytes=settings.max_spec_bytes, max_tensor_numel=settings.max_tensor_numel
+        [path],
+        max_spec_bytes=settings.max_spec_bytes,
+        max_tensor_numel=settings.max_tensor_numel,
+        max_tensor_bytes=settings.max_tensor_bytes,
+        max_call_flops=settings.max_call_flops,
     )
     with store.transaction() as session:
         ingest_specs(session, specs)

@@ -199,3 +199,76 @@ def test_data_dependent_calls_within_the_limit_pass() -> None:
     index = call_op("torch.Tensor.__getitem__", [X, [{"slice": [0, 2**63 - 1, None]}]], [4, 4])
     data = spec_dict(operators=[mask, fill, index])
     admit_spec(parse_spec(data, "x.yaml"), max_tensor_numel=LIMIT)
+
+
+def int_op(name: str, args: list[Any], shape: list[int], top: int, **kwargs: Any) -> dict[str, Any]:
+    """A call of ``name`` on one int64 input of ``shape`` whose values lie in [0, top)."""
+    op = call_op(name, args, shape, **kwargs)
+    op["inputs"][0].update(dtype="int64", value_range=[0, top])
+    return op
+
+
+@pytest.mark.parametrize(
+    ("op", "numel"),
+    [
+        # issue 46's probe: each was stored (201) and queued
+        (int_op("torch.repeat_interleave", [X], [1000], 10**7 + 1), 10**10),
+        (int_op("torch.nn.functional.one_hot", [X], [1000], 10**9, num_classes=-1), 10**12),
+        (int_op("torch.arange", [X], [], 10**12 + 1), 10**12),
+        (int_op("torch.bincount", [X], [10], 10**11), 10**11),
+        (call_op("torch.combinations", [X], [64], r=8), 8 * 64**8),  # its grids stacked
+    ],
+)
+def test_sizes_that_follow_the_data_are_bounded_by_its_value_range(
+    op: dict[str, Any], numel: int
+) -> None:
+    """repeat_interleave on values 1e7, one_hot(num_classes=-1), arange of a 0-dim tensor,
+    bincount and combinations(64, r=8) passed: the meta run could not see their sizes."""
+    message = refusal(spec_dict(operators=[op]))
+    assert message.startswith(f"x.yaml: operators[0].call: {op['op']} creates a tensor of {numel}")
+    created = largest_created(parse_spec(spec_dict(operators=[op]), "x.yaml").spec.operators[0])
+    assert created.numel == numel
+
+
+def test_data_dependent_sizes_within_their_range_pass() -> None:
+    small = [
+        int_op("torch.repeat_interleave", [X], [1000], 4),
+        int_op("torch.nn.functional.one_hot", [X], [8], 10, num_classes=-1),
+        int_op("torch.bincount", [X], [10], 100),
+        call_op("torch.combinations", [X], [8], r=2),
+    ]
+    admit_spec(parse_spec(spec_dict(operators=small), "x.yaml"), max_tensor_numel=LIMIT)
+
+
+def test_a_size_no_range_bounds_is_unbounded() -> None:
+    """.item() of a tensor no value range reaches (a sum of the input) bounds no size."""
+    from operator_db.ops.probe import UnboundedSizeError, _Largest
+
+    meta = torch.device("meta")
+    x = torch.empty(4, dtype=torch.int64, device=meta)
+    watch = _Largest()
+    watch.bound([x], [(0.0, 9.0)])
+    with watch:
+        assert torch.arange(x.max()).shape == (9,)  # a max of x keeps x's range
+        with pytest.raises(UnboundedSizeError, match="a .item"):
+            torch.arange(x.sum())
+
+
+def test_tensors_are_bounded_in_bytes_and_calls_in_flops() -> None:
+    """A complex128 [4, 2**31-1] (128 GiB) passed the element limit; a 65536² matmul (2.8e14
+    FLOPs) had no bound."""
+    huge = function_op("torch.abs", [4, 2**31 - 1])
+    huge["inputs"][0]["dtype"] = "complex128"
+    with pytest.raises(SpecError, match=r"bytes \(complex128\), over the limit of 34359738368"):
+        admit_spec(
+            parse_spec(spec_dict(operators=[huge]), "x.yaml"),
+            max_tensor_numel=LIMIT,
+            max_tensor_bytes=2**35,
+        )
+    matmul = call_op("torch.matmul", [X, {"tensor": 1}], [65536, 65536], [65536, 65536])
+    with pytest.raises(SpecError, match=r"a call of 5.63e\+14 FLOPs, over the limit of 1e\+14"):
+        admit_spec(
+            parse_spec(spec_dict(operators=[matmul]), "x.yaml"),
+            max_tensor_numel=LIMIT,
+            max_call_flops=1e14,
+        )
