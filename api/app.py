@@ -13,7 +13,7 @@ from api import limits, metrics, openapi, problems, ui
 from api.bodies import BodyGuard
 from api.deps import refuse_nul
 from api.routes import router
-from api.security import SecurityHeaders
+from api.security import AllowedHosts, SecurityHeaders
 from operator_db import __version__
 from operator_db.config import Settings, get_settings
 from operator_db.db.store import Store
@@ -56,6 +56,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outside the in-flight count: a body is bounded, timed and read (after the route's token
     # check) before the request holds a slot.
     app.add_middleware(BodyGuard, settings=chosen)
+    # Before any work: a request for another host (DNS rebinding) is refused.
+    app.add_middleware(
+        AllowedHosts, allowed=chosen.api_allowed_hosts, public_origin=chosen.api_public_origin
+    )
     # Outermost: every answer, a refusal of the limits' included, carries the headers.
     app.add_middleware(SecurityHeaders, public_origin=chosen.api_public_origin)
     return app

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 from urllib.parse import urlsplit
 
@@ -22,6 +23,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import get_settings_dep
+from api.problems import problem
 from operator_db.config import Settings
 from operator_db.errors import PermissionDeniedError
 
@@ -63,6 +65,69 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+_HOST = re.compile(r"^(\[[0-9a-f:.]+\]|[a-z0-9._-]+)(:[0-9]{1,5})?$")
+"""A Host header's form: a name or IPv4 address, or an IPv6 address in brackets; a port."""
+
+
+def host_name(value: str) -> str | None:
+    """Return the host a ``Host`` header names, or None where it is not a host.
+
+    Lower case, without its port; an IPv6 address without its brackets.
+    """
+    match = _HOST.match(value.strip().lower())
+    if match is None:
+        return None
+    return match.group(1).strip("[]").rstrip(".")
+
+
+class AllowedHosts:
+    """ASGI middleware: answer only requests whose ``Host`` is one of ``allowed``.
+
+    ``allowed`` holds names (``opdb.example.org``), ``*.domain`` (any name under it) or ``*``
+    (any). The public origin's host is always allowed. A request that names another host (a
+    DNS-rebinding page on 127.0.0.1, a misdirected proxy) gets a 400 problem document; so does a
+    ``Host`` that is no host. Without a ``Host`` header (HTTP/1.0) only ``*`` answers.
+    """
+
+    def __init__(self, app: ASGIApp, allowed: list[str], public_origin: str | None = None) -> None:
+        self.app = app
+        self.any = "*" in allowed
+        names = {a.lower().rstrip(".").strip("[]") for a in allowed if not a.startswith("*")}
+        if public_origin is not None:
+            names.add((urlsplit(public_origin).hostname or "").lower())
+        self.names = frozenset(names)
+        self.domains = tuple(a.lower()[1:] for a in allowed if a.startswith("*."))
+
+    def allows(self, header: str | None) -> bool:
+        """Whether a request with this ``Host`` header (None: none) is answered."""
+        if header is None:
+            return self.any
+        name = host_name(header)
+        if name is None:
+            return False
+        return self.any or name in self.names or name.endswith(self.domains)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request if its host is allowed, else answer 400."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), None
+        )
+        if self.allows(header):
+            await self.app(scope, receive, send)
+            return
+        refusal = problem(
+            400,
+            "the request names a host this server does not answer to (its Host header; "
+            "OPDB_API_ALLOWED_HOSTS)",
+            "HostNotAllowed",
+        )
+        refusal.headers["Connection"] = "close"
+        await refusal(scope, receive, send)
 
 
 def _host(scope: Scope) -> str:

@@ -59,7 +59,7 @@ def _slowloris(port: int, count: int, stop_at: float, every_s: float) -> None:
     _raise_nofile()
     socks: list[socket.socket | None] = [None] * count
     sent = [0] * count
-    head = b"GET /health HTTP/1.1\r\nHost: x\r\nX-slow: " + b"a" * 10_000
+    head = b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-slow: " + b"a" * 10_000
     while time.time() < stop_at:
         for i, sock in enumerate(socks):
             if time.time() >= stop_at:

@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 TOKEN = "bench-token"
 PROCESSES = 4
 HEADS = {
-    "silent": b"POST /ui/login HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+    "silent": b"POST /ui/login HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
     b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n",
-    "trickle": b"POST /ui/login HTTP/1.1\r\nHost: x\r\n"
+    "trickle": b"POST /ui/login HTTP/1.1\r\nHost: localhost\r\n"
     b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n",
-    "head-body": b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n",
+    "head-body": b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\n",
 }
 TRICKLE = {"silent": b"", "trickle": b"1\r\na\r\n", "head-body": b"a"}
 BIG_BYTES = 1_500_000_000
@@ -117,7 +117,7 @@ def _big_body(port: int, token: bool, sent: list[int], codes: list[str]) -> None
     total = 0
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(
-            b"POST /models/bench/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /models/bench/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             + auth
             + b"Transfer-Encoding: chunked\r\n\r\n"
         )

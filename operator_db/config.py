@@ -197,6 +197,12 @@ class Settings(BaseSettings):
     api_client_burst_s: float = Field(
         default=60.0, gt=0, description="Server-seconds a client may use at once (its bucket)."
     )
+    api_allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="Hosts the API answers to (its requests' Host header): names, '*.domain' "
+        "or '*' (any); others get a 400. `opdb serve` on a loopback address answers to "
+        "localhost, 127.0.0.1 and ::1 only where this is not set.",
+    )
     api_forwarded_allow_ips: list[str] = Field(
         default_factory=list,
         description='Proxies (addresses or networks, e.g. ["10.0.0.1"]) whose X-Forwarded-For '

@@ -31,6 +31,7 @@ def serve(
     from api.server import run, server_config
     from operator_db.config import get_settings
 
+    loopback_only(host)
     settings = get_settings()
     if forwarded_allow_ips is not None:
         proxies = [p.strip() for p in forwarded_allow_ips.split(",") if p.strip()]
@@ -47,6 +48,32 @@ def serve(
         supervisor(config, target=uvicorn.Server(config).run, sockets=sockets).run()
     else:
         supervisor(config, sockets=sockets).run()
+
+
+LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1"]
+"""What a browser on the same host calls a server bound to a loopback address."""
+
+
+def loopback_only(host: str) -> None:
+    """On a loopback address, answer to the loopback names only, unless hosts are configured.
+
+    A page on another site can make a browser send requests to 127.0.0.1 under its own name (DNS
+    rebinding): its ``Host`` names that site, and is refused. The setting reaches the app's
+    process through ``OPDB_API_ALLOWED_HOSTS`` (uvicorn builds the app there).
+    """
+    import ipaddress
+    import json
+    import os
+
+    from operator_db.config import get_settings
+
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback and "api_allowed_hosts" not in get_settings().model_fields_set:
+        os.environ["OPDB_API_ALLOWED_HOSTS"] = json.dumps(LOOPBACK_NAMES)
+        get_settings.cache_clear()
 
 
 def tcp_listener(sock: socket.socket) -> socket.socket:

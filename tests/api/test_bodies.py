@@ -72,7 +72,7 @@ def test_a_body_that_never_comes_holds_no_slot_and_is_timed(served: tuple[str, i
     try:
         for sock in stalled:
             sock.sendall(
-                b"POST /ui/login HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"POST /ui/login HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
                 b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n"
             )
         time.sleep(0.2)
@@ -93,7 +93,7 @@ def test_a_trickled_body_is_closed_whatever_it_sends(served: tuple[str, int]) ->
     """A byte every 0.3 s (every 3 s in the probe) restarted no clock: closed within the timeout."""
     with socket.create_connection(served) as sock:
         sock.sendall(
-            b"POST /ui/login HTTP/1.1\r\nHost: x\r\n"
+            b"POST /ui/login HTTP/1.1\r\nHost: localhost\r\n"
             b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
         start = time.monotonic()
@@ -121,7 +121,7 @@ def test_a_stalled_body_is_evicted_like_a_stalled_head(served: tuple[str, int]) 
     try:
         for sock in stalled:
             sock.sendall(
-                b"POST /models/x/jobs HTTP/1.1\r\nHost: x\r\n"
+                b"POST /models/x/jobs HTTP/1.1\r\nHost: localhost\r\n"
                 + f"Authorization: Bearer {TOKEN}\r\n".encode()
                 + b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n{"
             )
@@ -135,7 +135,7 @@ def test_a_stalled_body_is_evicted_like_a_stalled_head(served: tuple[str, int]) 
 @pytest.mark.slow
 def test_a_body_on_a_read_is_refused_at_once(served: tuple[str, int]) -> None:
     with socket.create_connection(served) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\nx")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\nx")
         head = _response(sock)
         assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
         assert _answer(sock, 2) == b""  # closed: no trickle can keep it

@@ -98,3 +98,47 @@ def test_redirects_never_name_the_host_header(
         root = c.get("/ui", headers=evil, follow_redirects=False)
         assert root.headers["location"] == expected.replace("/ui/models", "/ui/")
         assert "evil.example" not in root.headers["location"] + slash.headers["location"]
+
+
+def test_dns_rebinding_is_refused_by_the_allowed_hosts(db_url: str) -> None:
+    """There was no allowed-host list: DNS rebinding reached an open-read API on 127.0.0.1."""
+    settings = Settings(database_url=db_url, api_allowed_hosts=["localhost", "*.lab.example"])
+    with TestClient(create_app(settings), base_url="http://localhost:8000") as c:
+        assert c.get("/health").status_code == 200
+        assert c.get("/health", headers={"Host": "opdb.lab.example:8000"}).status_code == 200
+        rebound = c.get("/models", headers={"Host": "evil.example"})
+        assert rebound.status_code == 400 and rebound.json()["error"] == "HostNotAllowed"
+        assert rebound.headers["content-security-policy"]
+
+
+def test_an_invalid_host_gets_a_400_never_a_redirect(db_url: str) -> None:
+    """An invalid Host got an absolute redirect naming the bind address."""
+    with TestClient(create_app(Settings(database_url=db_url))) as c:
+        for bad in ("a b", "x/y", "@evil", "[::1"):
+            answer = c.get("/ui", headers={"Host": bad}, follow_redirects=False)
+            assert answer.status_code == 400, bad
+            assert "location" not in answer.headers
+
+
+def test_serve_on_loopback_answers_to_the_loopback_names_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import json
+
+    from operator_db.cli.serve import LOOPBACK_NAMES, loopback_only
+    from operator_db.config import get_settings
+
+    monkeypatch.setenv(
+        "OPDB_API_ALLOWED_HOSTS", "[]"
+    )  # recorded: what loopback_only sets is undone
+    monkeypatch.delenv("OPDB_API_ALLOWED_HOSTS")
+    get_settings.cache_clear()
+    loopback_only("0.0.0.0")  # every address: hosts as configured
+    assert get_settings().api_allowed_hosts == ["*"]
+    loopback_only("127.0.0.1")
+    assert get_settings().api_allowed_hosts == LOOPBACK_NAMES
+    monkeypatch.setenv("OPDB_API_ALLOWED_HOSTS", json.dumps(["opdb.lab"]))
+    get_settings.cache_clear()
+    loopback_only("::1")  # configured: kept
+    assert get_settings().api_allowed_hosts == ["opdb.lab"]
+    get_settings.cache_clear()

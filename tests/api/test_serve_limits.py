@@ -60,7 +60,7 @@ def test_a_head_never_finished_is_closed_with_a_408(served: tuple[str, int]) -> 
     """uvicorn alone never closed it: slow headers held a descriptor for ever."""
     with socket.create_connection(served) as slow, socket.create_connection(served) as silent:
         start = time.monotonic()
-        slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # no blank line: never complete
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")  # no blank line: never complete
         answer = _answer(slow, 10)
         assert answer.startswith(b"HTTP/1.1 408 ") and b"application/problem+json" in answer
         assert 0.9 < time.monotonic() - start < 5
@@ -86,7 +86,7 @@ def _response(sock: socket.socket) -> bytes:
 
 def test_a_kept_alive_connection_is_timed_on_its_next_head(served: tuple[str, int]) -> None:
     with socket.create_connection(served) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert _response(sock).startswith(b"HTTP/1.1 200 ")  # the whole of it: the body too
         sock.sendall(b"GET /health HTTP/1.1\r\n")
         assert _answer(sock, 10).startswith(b"HTTP/1.1 408 ")
@@ -96,7 +96,7 @@ def test_a_next_head_begun_during_the_response_is_timed(served: tuple[str, int])
     """Its first bytes came while the response went out: its clock starts with the next cycle
     (it used to start none, and the keep-alive timer closed the connection 5 s later, silent)."""
     with socket.create_connection(served) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\nGET /health HTTP/1.1\r\n")
         assert _response(sock).startswith(b"HTTP/1.1 200 ")
         start = time.monotonic()
         assert _answer(sock, 10).startswith(b"HTTP/1.1 408 ")

@@ -55,12 +55,15 @@ def setting_names(model: type[BaseModel], prefix: str) -> set[str]:
 
 VALID = setting_names(Settings, PREFIX)
 REQUIRED = {f"{PREFIX}{n}".upper() for n, f in Settings.model_fields.items() if f.is_required()}
-_VARIABLE = re.compile(r"\$\{(\w+)(?::?[-?][^}]*)?\}")
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
 
 
 def interpolate(value: str) -> str:
-    """Replace compose's ``${NAME}``, ``${NAME:-default}``, ``${NAME:?error}`` with test values."""
-    return _VARIABLE.sub(lambda m: f"test-{m.group(1).lower()}", value)
+    """Replace compose's ``${NAME}`` and ``${NAME:?error}`` with test values, and
+    ``${NAME:-default}`` with its default (what compose gives where NAME is unset)."""
+    return _VARIABLE.sub(
+        lambda m: m.group(3) if m.group(2) == "-" else f"test-{m.group(1).lower()}", value
+    )
 
 
 @pytest.fixture(scope="module")
