@@ -50,6 +50,9 @@ _STATUS: list[tuple[type[OperatorDBError], int]] = [
 ERROR_STATUSES = (400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 503, 507)
 """Statuses the API may answer with a problem document; OpenAPI declares them all."""
 
+RETRY_AFTER_S = 2
+"""What a 503 for a database that is away says to wait before retrying, s."""
+
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 """The standard methods: what 405's ``Allow`` may name and what metrics count by name."""
 
@@ -91,9 +94,14 @@ def problem(
 
 
 def domain_problem(request: Request, exc: OperatorDBError) -> JSONResponse:
-    """Return the problem document of a domain error (401s name the Bearer scheme)."""
+    """Return the problem document of a domain error.
+
+    A 401 names the Bearer scheme; a 503 (the database is away) says when to retry.
+    """
     status = http_status(exc)
     headers = {"WWW-Authenticate": 'Bearer realm="operator-db"'} if status == 401 else None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
     return problem(status, str(exc), type(exc).__name__, request, headers)
 
 

@@ -5,10 +5,10 @@ only if this worker still owns the job's lease. A heartbeat thread renews the le
 measured; a worker that dies stops renewing, its lease expires, and another worker takes the job.
 
 While it holds no job, a worker waits out a database that fails (a restart, a dropped connection,
-a full disk): each failed claim is followed by a longer wait (:func:`claim_backoff_s`) and one
-``db_error`` event, for as long as the database takes, unless ``max_db_failures`` is set; a stop
-request ends the wait at once. Loading a claimed job and finishing it are not retried (see
-:meth:`Worker._work`).
+a full disk), at its start (registering) as between jobs (claiming): each failure is followed by
+a longer wait and one ``db_error`` event, for as long as the database takes, unless
+``max_db_failures`` is set; a stop request ends the wait at once (``worker/backoff.py``).
+Loading a claimed job and finishing it are not retried (see :meth:`Worker._work`).
 
 A sticky CUDA error (a device-side assert, an illegal memory access, ...) leaves the process's CUDA
 context unusable: the worker then makes no further CUDA call, gives the job back to the queue (the
@@ -19,7 +19,6 @@ supervisor starts a fresh one.
 from __future__ import annotations
 
 import os
-import random
 import socket
 import threading
 import time
@@ -41,6 +40,7 @@ from operator_db.measure.cuda_errors import is_sticky_cuda_error
 from operator_db.measure.energy import energy_unavailable, idle_power_w
 from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
+from operator_db.worker.backoff import DatabaseWait
 from operator_db.worker.execute import Executor, JobInfo, execute_job
 
 EventKind = Literal[
@@ -121,15 +121,6 @@ class WorkerOptions:
     """What reads the host for ``watch_noise`` (tests give a fake)."""
 
 
-def claim_backoff_s(failures: int, first_s: float, cap_s: float, jitter: float) -> float:
-    """Return the wait after ``failures`` failed claims in a row, s.
-
-    ``first_s`` doubled with each failure, at most ``cap_s``, times ``0.5 + jitter / 2``
-    (``jitter`` in [0, 1)): workers that lost the database together come back spread out.
-    """
-    return min(cap_s, first_s * 2.0 ** (failures - 1)) * (0.5 + jitter / 2)
-
-
 class _Heartbeat:
     """Renews a job's lease from a thread (own connection) until stopped; notes a lost lease."""
 
@@ -181,7 +172,7 @@ class Worker:
         self.on_event = on_event or (lambda _e: None)
         self.stop_event = threading.Event()
         self._noise: NoiseMonitor | None = None
-        self._sleep = sleep or (lambda s: self.stop_event.wait(s) and None)
+        self._sleep: Callable[[float], Any] = sleep or self.stop_event.wait
         self.kind_id: int | None = None
         self.host_id: int | None = None
         self._idle_power: float | None = None
@@ -246,8 +237,8 @@ class Worker:
         """Work until stopped, idle (``until_idle``) or ``max_jobs`` jobs were taken.
 
         Raises:
-            DatabaseError: registering failed (the database is not usable at the start), or
-                ``max_db_failures`` claims in a row failed, where that is set.
+            DatabaseError: ``max_db_failures`` attempts in a row to register (at the start) or
+                to claim failed, where that is set.
             DeviceContextLostError: a job hit a sticky CUDA error (now or in an earlier run): its
                 job went back to the queue and this process cannot use the device again.
                 ``self.stats`` holds what the run did.
@@ -260,7 +251,9 @@ class Worker:
         pin_backends(self.settings, self.threads)
         if self.settings.retain_freed_memory:
             self.allocator = retain_freed_memory()
-        kind_id = self.register()
+        kind_id = self._register_waiting()
+        if kind_id is None:  # stopped while the database was away
+            return self.stats
         self._measures_energy = self.settings.energy and energy_unavailable(self.device) is None
         if self.options.watch_noise:
             self._noise = NoiseMonitor(self.options.noise_reader(self.device)).start()
@@ -271,33 +264,35 @@ class Worker:
                 self._noise.stop()
                 self._noise = None
 
+    def _database_wait(self) -> DatabaseWait:
+        o, emit = self.options, lambda message: self._emit("db_error", message)
+        return DatabaseWait(o.db_retry_s, o.db_retry_cap_s, o.max_db_failures, self._sleep, emit)
+
+    def _register_waiting(self) -> int | None:
+        """Register, waiting out a database that fails; None where stopped meanwhile."""
+        wait = self._database_wait()
+        while not self.stop_event.is_set():
+            try:
+                return self.register()
+            except DatabaseError as exc:
+                wait.failed(exc, "registering")
+        return None
+
     def _loop(self, kind_id: int) -> WorkerStats:
         """Claim and work jobs until stopped, idle or ``max_jobs`` (see :meth:`run`)."""
         stats = self.stats = WorkerStats()
         taken = 0
-        db_failures = 0
+        database = self._database_wait()
         while not self.stop_event.is_set():
             if self.options.max_jobs is not None and taken >= self.options.max_jobs:
                 break
             try:
                 claimed = self._claim(kind_id)
-                db_failures = 0
+                database.succeeded()
             except DatabaseError as exc:
                 # No job is held: waiting costs nothing, and the claim is safe to repeat (a
                 # claim that did commit unseen gives its job back when the lease expires).
-                db_failures += 1
-                opts = self.options
-                if opts.max_db_failures is not None and db_failures >= opts.max_db_failures:
-                    self._emit("db_error", f"claiming failed {db_failures} times: {exc}; giving up")
-                    raise
-                wait = claim_backoff_s(
-                    db_failures, opts.db_retry_s, opts.db_retry_cap_s, random.random()
-                )
-                self._emit(
-                    "db_error",
-                    f"claiming failed ({db_failures} in a row): {exc}; again in {wait:.1f} s",
-                )
-                self._sleep(wait)
+                database.failed(exc, "claiming")
                 continue
             except RuntimeError as exc:  # the idle-power window synchronizes the device
                 if not is_sticky_cuda_error(exc):

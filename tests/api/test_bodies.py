@@ -135,7 +135,9 @@ def test_a_stalled_body_is_evicted_like_a_stalled_head(served: tuple[str, int]) 
 @pytest.mark.slow
 def test_a_body_on_a_read_is_refused_at_once(served: tuple[str, int]) -> None:
     with socket.create_connection(served) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\nx")
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\nx"
+        )
         head = _response(sock)
         assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
         assert _answer(sock, 2) == b""  # closed: no trickle can keep it

@@ -165,6 +165,7 @@ def test_health_is_503_when_the_database_fails_or_lags(
     monkeypatch.setattr(migrate, "current_revision", down)
     dead = client.get("/health")
     assert dead.status_code == 503 and dead.json()["error"] == "DatabaseError"
+    assert dead.headers["retry-after"] == "2"  # it said nothing of when to come back
     assert client.get("/openapi.json").status_code == 200  # the server stays up
 
 

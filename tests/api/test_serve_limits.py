@@ -60,7 +60,9 @@ def test_a_head_never_finished_is_closed_with_a_408(served: tuple[str, int]) -> 
     """uvicorn alone never closed it: slow headers held a descriptor for ever."""
     with socket.create_connection(served) as slow, socket.create_connection(served) as silent:
         start = time.monotonic()
-        slow.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")  # no blank line: never complete
+        slow.sendall(
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\n"
+        )  # no blank line: never complete
         answer = _answer(slow, 10)
         assert answer.startswith(b"HTTP/1.1 408 ") and b"application/problem+json" in answer
         assert 0.9 < time.monotonic() - start < 5

@@ -89,7 +89,7 @@ def test_claims_wait_out_a_failing_database_then_the_jobs_are_measured(
 
 
 def test_backoff_doubles_up_to_its_cap_with_jitter() -> None:
-    from operator_db.worker.daemon import claim_backoff_s
+    from operator_db.worker.backoff import claim_backoff_s
 
     assert [claim_backoff_s(n, 1.0, 30.0, 0.999999) for n in (1, 2, 3, 5, 6, 40)] == pytest.approx(
         [1.0, 2.0, 4.0, 16.0, 30.0, 30.0]
@@ -248,3 +248,47 @@ def test_a_worker_survives_its_connections_being_killed_before_claims(
     assert all(" is unavailable: " in message for message in errors), errors
     assert (stats.done, stats.failed, stats.lost) == (3, 0, 0)
     assert counts(store) == (2, 1, {"done": 3})
+
+
+def flaky_registering(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[int]:
+    """Make the next ``failures`` registrations fail as a database that shuts down."""
+    real = Worker.register
+    calls: list[int] = []
+
+    def register(self: Worker) -> int:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise SHUTTING_DOWN
+        return real(self)
+
+    monkeypatch.setattr(Worker, "register", register)
+    return calls
+
+
+def test_a_worker_waits_out_the_database_at_its_start(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker started while PostgreSQL was down exited at once (the chaos run)."""
+    enqueue(store)
+    calls = flaky_registering(monkeypatch, OUTAGE)
+    events: list[WorkerEvent] = []
+    waits: list[float] = []
+    stats = worker(store, events, waits).run()
+    assert len(calls) == OUTAGE + 1 and len(waits) == OUTAGE
+    assert stats.done > 0 and stats.failed == 0  # then it measured the queue
+    assert [e.message for e in events if e.kind == "db_error"][0] == (
+        f"registering failed (1 in a row): {SHUTTING_DOWN}; again in {waits[0]:.1f} s"
+    )
+
+
+def test_a_stop_ends_the_wait_at_the_start_too(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flaky_registering(monkeypatch, 10**6)
+    events: list[WorkerEvent] = []
+    w = worker(store, events, db_retry_s=60.0, until_idle=False)
+    threading.Timer(0.5, w.stop).start()
+    started = time.monotonic()
+    stats = w.run()
+    assert time.monotonic() - started < 5.0
+    assert stats.done == 0 and [e.kind for e in events] == ["db_error"]
