@@ -117,9 +117,8 @@ def _big_body(port: int, token: bool, sent: list[int], codes: list[str]) -> None
     total = 0
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(
-            b"POST /models/bench/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            + auth
-            + b"Transfer-Encoding: chunked\r\n\r\n"
+            b"POST /models/bench/jobs HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/json\r\n" + auth + b"Transfer-Encoding: chunked\r\n\r\n"
         )
         try:
             while total < BIG_BYTES:

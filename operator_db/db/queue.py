@@ -31,6 +31,7 @@ from operator_db.db.models import (
 )
 from operator_db.db.queries import (
     check_device_kind_name,
+    check_not_look_alike,
     get_model,
     get_or_create_device_kind,
     has_model_run,
@@ -85,6 +86,7 @@ def enqueue_model(
     """
     check_device_kind_name(device_kind)
     model = get_model(session, model_name)
+    check_not_look_alike(session, device_kind)
     kind = get_or_create_device_kind(session, device_kind)
     configs = model_configs(session, model.id)
     ids = [mc.config.id for mc in configs if mc.config.form != "opaque"]

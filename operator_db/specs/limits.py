@@ -15,6 +15,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, JsonValue
 
+from operator_db.specs.text import text_problem
+
 INT64_MIN = -(2**63)
 """Smallest integer accepted anywhere in a spec."""
 INT64_MAX = 2**63 - 1
@@ -75,7 +77,8 @@ def _string_problem(text: str) -> str | None:
         return f"string of {len(text)} characters is longer than {MAX_JSON_STRING}"
     if "\x00" in text:
         return "string holds a NUL character"
-    return None
+    problem = text_problem(text, lines=True)
+    return None if problem is None else f"string {problem}"
 
 
 def _digits(value: int) -> str:

@@ -11,6 +11,7 @@ import math
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -29,6 +30,7 @@ from operator_db.specs.limits import (
     JsonList,
     JsonObject,
 )
+from operator_db.specs.text import printable, printable_lines
 
 SPEC_VERSION = 3
 """The spec format version this code writes. Version 3 added ``calls`` (the order of the calls);
@@ -97,12 +99,26 @@ def _no_nul(value: object) -> object:
     return value
 
 
-# Free text of bounded length that PostgreSQL can store (no NUL character).
-ShortText = Annotated[str, Field(max_length=200), BeforeValidator(_no_nul)]
-RuleName = Annotated[str, Field(max_length=100), BeforeValidator(_no_nul)]
-Reference = Annotated[str, Field(max_length=500), BeforeValidator(_no_nul)]
-Location = Annotated[str, Field(max_length=MAX_LOCATION_CHARS), BeforeValidator(_no_nul)]
-Prose = Annotated[str, Field(max_length=2000), BeforeValidator(_no_nul)]
+# Free text of bounded length that PostgreSQL can store (no NUL character) and pages and
+# terminals show as it is (printable characters only: specs/text.py).
+ShortText = Annotated[
+    str, Field(max_length=200), BeforeValidator(_no_nul), AfterValidator(printable)
+]
+RuleName = Annotated[
+    str, Field(max_length=100), BeforeValidator(_no_nul), AfterValidator(printable)
+]
+Reference = Annotated[
+    str, Field(max_length=500), BeforeValidator(_no_nul), AfterValidator(printable)
+]
+Location = Annotated[
+    str,
+    Field(max_length=MAX_LOCATION_CHARS),
+    BeforeValidator(_no_nul),
+    AfterValidator(printable),
+]
+Prose = Annotated[
+    str, Field(max_length=2000), BeforeValidator(_no_nul), AfterValidator(printable_lines)
+]
 Mode = Literal["inference", "training"]
 OpForm = Literal["module", "function", "opaque"]
 """How an operator is run: a ``module`` (a torch.nn leaf rebuilt from its constructor arguments),

@@ -51,7 +51,12 @@ def test_bad_specs_are_422_and_store_nothing(client: TestClient, db_url: str, ca
 def test_the_tensor_limit_is_a_setting(db_url: str) -> None:
     text = yaml.safe_dump(spec_dict("big", [relu_op([2**17, 2**17])]))  # 2**34 elements
     for limit, status in ((2**33, 422), (2**34, 201)):
-        settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN), max_tensor_numel=limit)
+        settings = Settings(
+            database_url=db_url,
+            api_token=SecretStr(TOKEN),
+            max_tensor_numel=limit,
+            max_tensor_bytes=2**37,  # 2**34 float32 elements: 64 GiB
+        )
         with TestClient(create_app(settings)) as c:
             response = c.post("/specs", params={"name": "big.yaml"}, content=text, headers=AUTH)
             assert response.status_code == status, response.text
@@ -115,3 +120,13 @@ def test_unknown_kind_lists_ten_known_ones(client: TestClient, db_url: str) -> N
     detail = client.get("/device-kinds/nope").json()["detail"]
     shown = ", ".join(f"fake:K{i:02d}" for i in range(10))
     assert detail == f"no device kind 'nope'; known: {shown} and 3 more"
+
+
+def test_kind_names_that_pass_for_known_kinds_are_refused(client: TestClient) -> None:
+    """Tesla Т4 (Cyrillic) and NVIDIA H1OO were accepted beside the real ones."""
+    for real, fake in (("Tesla T4", "Tesla \u04224"), ("NVIDIA H100", "NVIDIA H1OO")):
+        body = {"device_kind": real}
+        assert client.post("/models/mlp-small-b8/jobs", json=body, headers=AUTH).is_success
+        refused = client.post("/models/mlp-small-b8/jobs", json={"device_kind": fake}, headers=AUTH)
+        assert refused.status_code == 422, refused.text
+        assert f"looks like the known {real!r}" in refused.json()["detail"]

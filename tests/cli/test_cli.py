@@ -331,12 +331,17 @@ ESCAPES = "\x1b]8;;https://evil.example\x1b\\docs\x1b]8;;\x1b\\ \x1b]0;pwned\x07
 def test_stored_escapes_cannot_command_the_terminal(
     capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path
 ) -> None:
-    """`opdb models list` wrote a reference's OSC 8 and OSC 0 sequences raw."""
-    spec = spec_dict("escapes")
-    spec["model"]["reference"] = ESCAPES
+    """`opdb models list` wrote a reference's OSC 8 and OSC 0 sequences raw. Specs holding them
+    are refused now (specs/text.py); one stored before is printed escaped."""
+    from sqlalchemy import update
+
+    from operator_db.db.models import Model
+
     path = tmp_path / "escapes.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(yaml.safe_dump(spec_dict("escapes")))
     assert run_cli(capsys, "ingest", str(path), "--db", db_url).code == 0
+    with Store.open(db_url) as store, store.transaction() as session:
+        session.execute(update(Model).values(reference=ESCAPES))
     listing = run_cli(capsys, "models", "list", "--db", db_url)
     assert listing.code == 0
     assert "\x1b" not in listing.out and "\x07" not in listing.out and "\x9b" not in listing.out

@@ -48,6 +48,7 @@ def test_the_tensor_limit_is_read_from_the_environment(
     assert refused.code == 1
     assert "over the limit of 8589934592 (OPDB_MAX_TENSOR_NUMEL)" in refused.err
     monkeypatch.setenv("OPDB_MAX_TENSOR_NUMEL", str(2**34))
+    monkeypatch.setenv("OPDB_MAX_TENSOR_BYTES", str(2**37))  # 2**34 float32 elements: 64 GiB
     get_settings.cache_clear()
     assert run_cli(capsys, "ingest", str(path), "--db", db_url).code == 0
 

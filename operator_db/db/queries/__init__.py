@@ -19,6 +19,7 @@ from operator_db.db.queries.counters import (
 )
 from operator_db.db.queries.devices import (
     check_device_kind_name,
+    check_not_look_alike,
     device_kinds,
     find_device_kind,
     get_device_kind,
@@ -172,6 +173,7 @@ __all__ = [
     "PeakFigure",
     "add_counters",
     "check_device_kind_name",
+    "check_not_look_alike",
     "config_counters",
     "config_figures",
     "config_measurements",

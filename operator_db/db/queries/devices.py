@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from operator_db.db.models import DeviceKind, FullModelRun, Host, Measurement, ModelOperator
 from operator_db.errors import InvalidInputError, NotFoundError
+from operator_db.specs.text import CATEGORIES, NOT_IN_TEXT, skeleton
 
 
 def find_device_kind(session: Session, name: str) -> DeviceKind | None:
@@ -23,19 +24,12 @@ _KNOWN_SHOWN = 10
 """Known kinds named in a not-found message; the rest are counted."""
 MAX_KIND_NAME = 200
 """Longest device kind name, in characters (the column's width)."""
-_KINDS = {
-    "Cc": "a control character",
-    "Cf": "a format character",
-    "Zl": "a line separator",
-    "Zp": "a paragraph separator",
-    "Co": "a private-use character",
-    "Cs": "a surrogate",
-}
-NOT_IN_NAMES = frozenset(_KINDS)
-"""Unicode categories no new name holds: controls, formats (bidi overrides, zero-width
-characters), line and paragraph separators, private use and surrogates. Unassigned code points
-(Cn) are not refused: their ~700 ranges would make the schema's pattern 30 kB and too slow for
-tools that generate names from it (Hypothesis), and they differ between Python versions."""
+NOT_IN_NAMES = NOT_IN_TEXT
+"""Unicode categories no new name holds (``specs/text.py``'s rule for every stored text):
+controls, formats (bidi overrides, zero-width characters), line and paragraph separators,
+private use and surrogates. Unassigned code points (Cn) are not refused: their ~700 ranges would
+make the schema's pattern 30 kB and too slow for tools that generate names from it (Hypothesis),
+and they differ between Python versions."""
 
 
 def _ranges(inside: Callable[[str], bool]) -> str:
@@ -106,13 +100,30 @@ def check_device_kind_name(name: str) -> str:
     if bad is not None:
         called = unicodedata.name(bad, "")
         raise InvalidInputError(
-            f"device kind {_short(name)} holds {_KINDS[unicodedata.category(bad)]} "
+            f"device kind {_short(name)} holds {CATEGORIES[unicodedata.category(bad)]} "
             f"U+{ord(bad):04X}{f' ({called})' if called else ''}: names hold printable "
             "characters only"
         )
     if name != name.strip():
         raise InvalidInputError(f"device kind {_short(name)} begins or ends with white space")
     return name
+
+
+def check_not_look_alike(session: Session, name: str) -> None:
+    """Refuse a new kind's ``name`` that passes for a known kind's (``specs.text.skeleton``).
+
+    Raises:
+        InvalidInputError: naming the known kind it looks like.
+    """
+    if find_device_kind(session, name) is not None:
+        return
+    shape = skeleton(name)
+    for known in session.scalars(select(DeviceKind.name)):
+        if skeleton(known) == shape:
+            raise InvalidInputError(
+                f"device kind {_short(name)} looks like the known {_short(known)} but is not it: "
+                "name the known kind, or one that does not pass for it"
+            )
 
 
 def get_device_kind(session: Session, name: str) -> DeviceKind:
