@@ -122,12 +122,6 @@ class Settings(BaseSettings):
         "is Secure where it is https, and forms are taken only from it. Unset: redirects are "
         "relative (Location: /path) and a form must come from the host the request names.",
     )
-    api_session_secret: SecretStr | None = Field(
-        default=None,
-        description="A key that signs the pages' login cookie, with the token it stands for: "
-        "changing it signs every browser out. Unset: the cookie is signed with the token alone "
-        "(it never holds the token).",
-    )
     estimate_between_ops_warn: float = Field(
         default=0.10,
         ge=0,

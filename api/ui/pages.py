@@ -17,7 +17,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from api.deps import Credentials, ReadSessionDep, get_settings_dep, server_tokens, token_right
+from api.deps import (
+    Credentials,
+    ReadSessionDep,
+    SessionDep,
+    get_settings_dep,
+    server_tokens,
+    token_right,
+)
 from api.limits import EXPENSIVE, login_limited
 from api.problems import http_status
 from api.routes import configs, devices, jobs, llms, models
@@ -57,22 +64,23 @@ class LoginRequiredError(Exception):
     """Reads need a token and the browser sent none that is valid: go to the login page."""
 
 
-async def ui_read(
+def ui_read(
     request: Request,
     settings: Annotated[Settings, Depends(get_settings_dep)],
+    session: ReadSessionDep,
     credentials: Credentials = None,
 ) -> None:
     """Let a page be read: always where reads are open, else with a valid token.
 
     The token comes from the ``Authorization: Bearer`` header (the API's scheme), or the sign-in
-    cookie stands for one (``api.ui.session``).
+    cookie stands for one (``api.ui.session``, looked up in the page's own read session).
     """
     if not settings.api_protect_reads:
         return
     if credentials:
         right = token_right(settings, credentials.credentials)
     else:
-        right = session_right(settings, request.cookies.get(COOKIE), time.time())
+        right = session_right(settings, session, request.cookies.get(COOKIE), time.time())
     if right is None:
         raise LoginRequiredError
 
@@ -422,25 +430,26 @@ def login_form(
 def login(
     request: Request,
     settings: Annotated[Settings, Depends(get_settings_dep)],
+    session: SessionDep,
     token: Annotated[str, Form(max_length=1000)],
     next: Annotated[str, Form(max_length=2000)] = "/ui/",  # noqa: A002
 ) -> RedirectResponse:
-    """Sign in with a read or write token: a signed cookie stands for it; back to the page."""
+    """Sign in with a read or write token: a random cookie kept server-side stands for it."""
     target = _safe_next(next)
     if token_right(settings, token) is None:
         return RedirectResponse(f"/ui/login?failed=true&next={quote(target)}", status_code=303)
     response = RedirectResponse(target, status_code=303)
-    sign_in(response, request, settings, token, time.time())
+    sign_in(response, request, settings, session, token, time.time())
     return response
 
 
 @router.post("/logout", dependencies=[Depends(same_origin)])
 def logout(
-    request: Request, settings: Annotated[Settings, Depends(get_settings_dep)]
+    request: Request, settings: Annotated[Settings, Depends(get_settings_dep)], session: SessionDep
 ) -> RedirectResponse:
-    """Sign out: clear the sign-in cookie, then say so on the sign-in page."""
+    """Sign out: end the sign-in (every copy of its cookie), then say so on the sign-in page."""
     response = RedirectResponse("/ui/login?signed_out=true", status_code=303)
-    sign_out(response, request, settings)
+    sign_out(response, request, settings, session)
     return response
 
 

@@ -175,6 +175,7 @@ GRANTS: Mapping[str, Grant] = {
     "llms": Grant(api=READ, worker=NONE),
     "llm_steps": Grant(api=READ, worker=NONE),
     "generation_runs": Grant(api=READ, worker=NONE),
+    "ui_sessions": Grant(api=Access(insert=True, delete=True), worker=NONE),
 }
 """What the API and the worker may do, table by table; the owner owns them all."""
 

@@ -42,6 +42,7 @@ EXPECTED_TABLES = {
     "llms",
     "llm_steps",
     "generation_runs",
+    "ui_sessions",
 }
 
 

@@ -112,6 +112,7 @@ from operator_db.db.queries.sources import (
     source_counts,
 )
 from operator_db.db.queries.tables import TABLES, row_counts
+from operator_db.db.queries.ui_sessions import add_ui_session, end_ui_session, find_ui_session
 from operator_db.db.queries.versions import roofline_version
 
 __all__ = [
@@ -174,6 +175,9 @@ __all__ = [
     "add_counters",
     "check_device_kind_name",
     "check_not_look_alike",
+    "add_ui_session",
+    "end_ui_session",
+    "find_ui_session",
     "config_counters",
     "config_figures",
     "config_measurements",

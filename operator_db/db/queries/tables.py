@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from operator_db.db import models as m
 from operator_db.db.llm_tables import GenerationRun, Llm, LlmStep
 from operator_db.db.predictor_tables import CrossPredictor, Predictor
+from operator_db.db.session_tables import UiSession
 
 TABLES: tuple[type[m.Base], ...] = (
     m.Model,
@@ -26,6 +27,7 @@ TABLES: tuple[type[m.Base], ...] = (
     Llm,
     LlmStep,
     GenerationRun,
+    UiSession,
 )
 
 
