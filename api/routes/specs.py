@@ -67,6 +67,7 @@ def _ingest(store: Store, body: bytes, name: str, settings: Settings) -> Ingeste
         max_tensor_numel=settings.max_tensor_numel,
         max_tensor_bytes=settings.max_tensor_bytes,
         max_call_flops=settings.max_call_flops,
+        recompute=True,
     )
     with store.transaction() as session:
         [result] = ingest_specs(session, [loaded])

@@ -59,6 +59,7 @@ def admitted_specs(paths: Sequence[str | Path]) -> list[LoadedSpec]:
         max_tensor_numel=settings.max_tensor_numel,
         max_tensor_bytes=settings.max_tensor_bytes,
         max_call_flops=settings.max_call_flops,
+        recompute=True,
     )
 
 

@@ -30,10 +30,11 @@ from pathlib import Path
 from operator_db.errors import SpecError
 from operator_db.ops.arguments import ArgumentError, check_module_args
 from operator_db.ops.build import storage_numel
+from operator_db.ops.cost import meta_cost
 from operator_db.ops.encoding import EncodingError, input_strides
 from operator_db.ops.probe import largest_argument_size, largest_created
 from operator_db.ops.resolve import UnknownOperatorError, resolve_function
-from operator_db.specs.io import LoadedSpec, load_specs
+from operator_db.specs.io import LoadedSpec, load_specs, parse_spec
 from operator_db.specs.schema import OperatorSpec, TensorSpec
 
 
@@ -52,8 +53,12 @@ def admit_spec(
     max_tensor_numel: int,
     max_tensor_bytes: int | None = None,
     max_call_flops: float | None = None,
+    recompute: bool = False,
 ) -> LoadedSpec:
     """Return ``loaded`` if a worker may run what it asks (see the module documentation).
+
+    ``recompute``: return it with its operators' FLOPs and bytes counted here
+    (:func:`recompute_costs`), as the doors of uploaded specs do.
 
     Raises:
         SpecError: naming the spec, the place (``operators[3].args.in_features``) and the problem.
@@ -85,7 +90,7 @@ def admit_spec(
         if problem is not None:
             path, message = problem
             raise SpecError(loaded.source, f"operators[{i}].{path}", message)
-    return loaded
+    return recompute_costs(loaded) if recompute else loaded
 
 
 def _tensors(path: str, tensors: list[TensorSpec]) -> list[tuple[str, TensorSpec]]:
@@ -164,6 +169,43 @@ def _created_problem(op: OperatorSpec, limits: Limits) -> tuple[str, str] | None
     return "call", f"{asked}, {_over(max_numel)}"
 
 
+GIVEN = "given by the spec"
+"""The ``flop_rule`` of an operator whose FLOPs and bytes could not be counted here (kept)."""
+
+
+def recompute_costs(loaded: LoadedSpec) -> LoadedSpec:
+    """Return ``loaded`` with each operator's FLOPs, bytes and parameters counted here.
+
+    A spec's own figures were stored as given (``Linear 4096² flops: 1``), and the first upload
+    of a configuration fixed them for every model sharing it. Each ``module`` and ``function``
+    operator is counted on the meta device (``ops.cost.meta_cost``: the same rules as a harvest);
+    where that cannot run, the spec's figures are kept and its ``flop_rule`` says they were
+    ``GIVEN``. Opaque operators keep theirs (nothing can count them).
+
+    Raises:
+        SpecError: the counted figures break a limit of the format (a model's totals).
+    """
+    spec = loaded.spec
+    data = spec.model_dump(mode="json")
+    for i, op in enumerate(spec.operators):
+        if op.form == "opaque":
+            continue
+        cost = meta_cost(op, spec.model.mode)
+        target = data["operators"][i]
+        if cost is None:
+            if op.flops is not None or op.bytes is not None:
+                target["flop_rule"] = GIVEN
+            continue
+        target.update(
+            flops=cost.flops,
+            flops_backward=cost.flops_backward,
+            flop_rule=cost.flop_rule,
+            bytes=cost.bytes,
+            params=cost.params,
+        )
+    return parse_spec(data, loaded.source)
+
+
 def load_admitted(
     paths: Iterable[str | Path],
     *,
@@ -171,6 +213,7 @@ def load_admitted(
     max_tensor_numel: int,
     max_tensor_bytes: int | None = None,
     max_call_flops: float | None = None,
+    recompute: bool = False,
 ) -> list[LoadedSpec]:
     """Load and validate spec files whole (files, directories or globs), and admit each.
 
@@ -183,6 +226,7 @@ def load_admitted(
             max_tensor_numel=max_tensor_numel,
             max_tensor_bytes=max_tensor_bytes,
             max_call_flops=max_call_flops,
+            recompute=recompute,
         )
         for loaded in load_specs(paths, max_bytes=max_spec_bytes)
     ]

@@ -122,6 +122,19 @@ def _cost_on(op: OperatorSpec, mode: Mode, device: str) -> OpCost:
     )
 
 
+def meta_cost(op: OperatorSpec, mode: Mode = "inference") -> OpCost | None:
+    """Count one configuration's cost on the meta device alone, or None where it cannot run there.
+
+    Never allocates: the doors of untrusted specs (``ops.admission.recompute_costs``) use it.
+    """
+    if op.form == "opaque":
+        return None
+    try:
+        return _cost_on(op, mode, "meta")
+    except Exception:  # noqa: BLE001 - meta kernels may be missing, an op may raise anything
+        return None
+
+
 def op_cost(op: OperatorSpec, mode: Mode = "inference") -> OpCost:
     """Count one configuration's cost by rebuilding it from the spec alone.
 

@@ -173,6 +173,7 @@ def _store(store: Store, path: Path, settings: Settings) -> None:
         max_tensor_numel=settings.max_tensor_numel,
         max_tensor_bytes=settings.max_tensor_bytes,
         max_call_flops=settings.max_call_flops,
+        recompute=True,
     )
     with store.transaction() as session:
         ingest_specs(session, specs)

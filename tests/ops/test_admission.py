@@ -272,3 +272,25 @@ def test_tensors_are_bounded_in_bytes_and_calls_in_flops() -> None:
             max_tensor_numel=LIMIT,
             max_call_flops=1e14,
         )
+
+
+def test_a_specs_own_flops_and_bytes_are_recomputed() -> None:
+    """`Linear 4096² flops: 1` was stored as given, for every later model sharing it."""
+    from operator_db.ops.admission import GIVEN
+
+    lying = linear_op(4096, 4096, batch=8)
+    lying.update(flops=1, bytes=1, flop_rule="made up")
+    opaque = {"op": "my.Custom", "form": "opaque", "inputs": [{"shape": [8, 4096]}], "flops": 7}
+    data = spec_dict(operators=[lying, opaque])
+    admitted = admit_spec(parse_spec(data, "x.yaml"), max_tensor_numel=LIMIT, recompute=True)
+    linear, custom = admitted.spec.operators
+    assert linear.flops == 2 * 8 * 4096 * 4096  # the matmul (FlopCounterMode: the bias is free)
+    assert linear.bytes == 4 * (8 * 4096 + 4096 * 4096 + 4096 + 8 * 4096)
+    assert linear.flop_rule != "made up"
+    assert custom.flops == 7 and custom.flop_rule is None  # nothing can count an opaque op
+    stuck = call_op("torch.Tensor.view", [X, 1e3], [4, 4])  # torch refuses a float size
+    stuck.update(flops=5)
+    kept = admit_spec(
+        parse_spec(spec_dict(operators=[stuck]), "x.yaml"), max_tensor_numel=LIMIT, recompute=True
+    ).spec.operators[0]
+    assert kept.flops == 5 and kept.flop_rule == GIVEN  # kept, and flagged
