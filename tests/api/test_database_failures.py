@@ -112,3 +112,28 @@ def test_a_full_disk_is_a_507_problem_and_reads_go_on(client: TestClient) -> Non
         )
         assert client.get("/models/wide").json() == before
         assert client.get("/jobs").json()["total"] == 0
+
+
+def test_pooled_connections_killed_are_replaced_before_use(
+    client: TestClient, db_url: str, backend: str
+) -> None:
+    """Every pooled connection of the API ended by the server (a restart, a proxy's idle timeout)
+    is found dead before a request uses it: the next requests are answered, none is a 503."""
+    if backend != "postgresql":
+        pytest.skip("SQLite has no server to end a connection")
+    from sqlalchemy import create_engine, text
+
+    assert all(client.get("/models").status_code == 200 for _ in range(4))  # the pool fills
+    admin = create_engine(db_url)
+    try:
+        with admin.connect() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+    finally:
+        admin.dispose()
+    assert ended >= 1
+    assert [client.get("/models").status_code for _ in range(8)] == [200] * 8
