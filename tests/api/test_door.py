@@ -128,5 +128,5 @@ def test_kind_names_that_pass_for_known_kinds_are_refused(client: TestClient) ->
         body = {"device_kind": real}
         assert client.post("/models/mlp-small-b8/jobs", json=body, headers=AUTH).is_success
         refused = client.post("/models/mlp-small-b8/jobs", json={"device_kind": fake}, headers=AUTH)
-        assert refused.status_code == 422, refused.text
+        assert refused.status_code == 409, refused.text  # the name is well formed: it clashes
         assert f"looks like the known {real!r}" in refused.json()["detail"]

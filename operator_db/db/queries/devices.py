@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from operator_db.db.models import DeviceKind, FullModelRun, Host, Measurement, ModelOperator
-from operator_db.errors import InvalidInputError, NotFoundError
+from operator_db.errors import ConflictError, InvalidInputError, NotFoundError
 from operator_db.specs.text import CATEGORIES, NOT_IN_TEXT, skeleton
 
 
@@ -113,14 +113,15 @@ def check_not_look_alike(session: Session, name: str) -> None:
     """Refuse a new kind's ``name`` that passes for a known kind's (``specs.text.skeleton``).
 
     Raises:
-        InvalidInputError: naming the known kind it looks like.
+        ConflictError: naming the known kind it looks like (409: the name is well formed, and
+            clashes with what is stored).
     """
     if find_device_kind(session, name) is not None:
         return
     shape = skeleton(name)
     for known in session.scalars(select(DeviceKind.name)):
         if skeleton(known) == shape:
-            raise InvalidInputError(
+            raise ConflictError(
                 f"device kind {_short(name)} looks like the known {_short(known)} but is not it: "
                 "name the known kind, or one that does not pass for it"
             )
