@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from operator_db.db.ingest import ingest_specs
 from operator_db.db.store import Store
 from operator_db.estimate.rooflines import model_roofline
 from operator_db.roofline.chips import find_chip
 from operator_db.roofline.record import store_spec_peaks
+from operator_db.specs import parse_spec
 from tests.helpers import linear_op, measure_everything, relu_op, run_cli, spec_dict
 
 KIND = "fake:FakeGPU"
@@ -27,12 +28,11 @@ def bare_relu() -> dict[str, Any]:
     return op
 
 
-def ingest(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path, spec: Any) -> str:
-    path = tmp_path / f"{spec['model']['name']}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    result = run_cli(capsys, "ingest", str(path), "--db", db_url)
-    assert result.code == 0, result.err
-    return result.out
+def ingest(capsys: pytest.CaptureFixture[str], db_url: str, tmp_path: Path, spec: Any) -> None:
+    """Store ``spec`` as given, as an import or a version before the doors counted FLOPs did
+    (``opdb ingest`` now counts a ReLU's itself: ops.admission.recompute_costs)."""
+    with Store.open(db_url) as store, store.transaction() as session:
+        ingest_specs(session, [parse_spec(spec, f"{spec['model']['name']}.yaml")])
 
 
 def with_peaks(store: Store, kind: str = KIND) -> None:
