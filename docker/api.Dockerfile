@@ -32,8 +32,10 @@ ARG PIP_FIND_LINKS
 # tools (190 MB) go in the same step: the API compiles nothing (torch_shm_manager stays).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_REQUIREMENTS=requirements/torch-cpu.txt
+# MPLCONFIGDIR: matplotlib's cache in /tmp, where compose's read-only root leaves a tmpfs.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    MPLCONFIGDIR=/tmp/matplotlib \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VIRTUAL_ENV=/opt/opdb \
     PATH=/opt/opdb/bin:$PATH

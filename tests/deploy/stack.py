@@ -88,6 +88,8 @@ class Stack:
     services: dict[str, dict[str, Any]] = field(default_factory=dict)
     volumes: set[str] = field(default_factory=set)
     log: list[str] = field(default_factory=list)
+    limits_pids: bool = True
+    """Pass a service's ``pids_limit`` on (an engine on cgroupfs v1 may have no pids controller)."""
 
     def __post_init__(self) -> None:
         compose = load(self.variables)
@@ -142,6 +144,18 @@ class Stack:
             args += ["--restart", restart]
         if spec.get("init"):
             args += ["--init"]
+        if spec.get("read_only"):
+            args += ["--read-only"]
+        for mount in spec.get("tmpfs") or []:
+            args += ["--tmpfs", mount]
+        for capability in spec.get("cap_drop") or []:
+            args += ["--cap-drop", capability]
+        for option in spec.get("security_opt") or []:
+            args += ["--security-opt", option]
+        if "mem_limit" in spec:
+            args += ["--memory", str(spec["mem_limit"])]
+        if "pids_limit" in spec and self.limits_pids:
+            args += ["--pids-limit", str(spec["pids_limit"])]
         if "stop_grace_period" in spec:
             args += ["--stop-timeout", str(int(seconds(spec["stop_grace_period"])))]
         command = spec.get("command")

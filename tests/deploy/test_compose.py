@@ -414,3 +414,13 @@ def test_secret_values_are_not_in_the_compose_file(services: dict[str, dict[str,
         for key, value in environment(service).items():
             secret = any(w in key for w in ("TOKEN", "PASSWORD")) and not key.endswith("_FILE")
             assert not secret or value.startswith("${"), f"{name}: {key} is written out"
+
+
+def test_the_api_is_confined(services: dict[str, dict[str, Any]]) -> None:
+    """Compose gave the API no memory or pids limit, no read-only root, every capability."""
+    api = services["api"]
+    assert api["read_only"] is True and any(t.startswith("/tmp") for t in api["tmpfs"])
+    assert api["cap_drop"] == ["ALL"] and "no-new-privileges:true" in api["security_opt"]
+    assert api["mem_limit"] and int(api["pids_limit"]) > 0
+    image = (ROOT / "docker" / "api.Dockerfile").read_text(encoding="utf-8")
+    assert "MPLCONFIGDIR=/tmp/" in image  # matplotlib's cache where the root is not writable
