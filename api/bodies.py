@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -88,15 +89,9 @@ class BodyGuard:
             return
         limit = body_limit(scope["method"], scope["path"], self.settings)
         if declared.isdigit() and int(declared) > limit:
-            what = "takes no body" if limit == 0 else f"takes at most {limit} bytes"
-            refusal = problem(
-                413,
-                f"{scope['method']} {scope['path']} {what}; this body has {int(declared)}",
-                "TooLargeError",
-                request,
-                CLOSE,
+            await _too_large(request, limit, f"; this body has {int(declared)}")(
+                scope, receive, send
             )
-            await refusal(scope, receive, send)
             return
         denied = self._token_refusal(request)
         if denied is not None:
@@ -144,14 +139,7 @@ class BodyGuard:
                     return None
                 body += message.get("body", b"")
                 if len(body) > limit:
-                    what = "takes no body" if limit == 0 else f"takes at most {limit} bytes"
-                    refusal = problem(
-                        413,
-                        f"{scope['method']} {scope['path']} {what}",
-                        "TooLargeError",
-                        request,
-                        CLOSE,
-                    )
+                    refusal = _too_large(request, limit)
                     break
                 if not message.get("more_body", False):
                     return bytes(body)
@@ -167,6 +155,13 @@ class BodyGuard:
             )
         await refusal(scope, receive, send)
         return None
+
+
+def _too_large(request: Request, limit: int, more: str = "") -> Response:
+    """Return the 413 for a body over its route's ``limit`` (bytes), closing the connection."""
+    what = "takes no body" if limit == 0 else f"takes at most {limit} bytes"
+    detail = f"{request.method} {request.url.path} {what}{more}"
+    return problem(413, detail, "TooLargeError", request, CLOSE)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
