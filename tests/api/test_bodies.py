@@ -6,10 +6,7 @@ in flight, and attack it with raw sockets as the probe did.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +23,7 @@ from api.deps import require_write
 from api.routes import MODULES as ROUTE_MODULES
 from api.ui import pages as pages_module
 from operator_db.config import Settings
-from tests.api.test_serve import _free_port, _wait_for_health
-from tests.api.test_serve_limits import _answer, _response
+from tests.api.test_serve_limits import _answer, _response, serving
 
 TOKEN = "s3cret-token"
 
@@ -35,28 +31,15 @@ TOKEN = "s3cret-token"
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """A server with a 1 s body timeout, 16 connections, 4 requests in flight: host and port."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "OPDB_DATABASE_URL": f"sqlite:///{tmp_path}/served.sqlite",
+    settings = {
         "OPDB_API_BODY_TIMEOUT_S": "1",
         "OPDB_API_HEADER_TIMEOUT_S": "1",
         "OPDB_API_MAX_CONNECTIONS": "16",
         "OPDB_API_MAX_REQUESTS": "4",
         "OPDB_API_TOKEN": TOKEN,
     }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "operator_db", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for_health(server, f"http://127.0.0.1:{port}")
-        yield "127.0.0.1", port
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
+    with serving(tmp_path, settings) as where:
+        yield where
 
 
 def _health_ms(where: tuple[str, int]) -> tuple[int, float]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -20,16 +21,11 @@ from tests.api.test_serve import _free_port, _wait_for_health
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """A server with a 1 s head timeout and room for 16 connections: its host and port."""
+@contextmanager
+def serving(tmp_path: Path, settings: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """A real ``opdb serve`` on SQLite with ``settings`` (OPDB_ variables): its host and port."""
     port = _free_port()
-    env = {
-        **os.environ,
-        "OPDB_DATABASE_URL": f"sqlite:///{tmp_path}/served.sqlite",
-        "OPDB_API_HEADER_TIMEOUT_S": "1",
-        "OPDB_API_MAX_CONNECTIONS": "16",
-    }
+    env = {**os.environ, "OPDB_DATABASE_URL": f"sqlite:///{tmp_path}/served.sqlite", **settings}
     server = subprocess.Popen(
         [sys.executable, "-m", "operator_db", "serve", "--port", str(port)],
         env=env,
@@ -42,6 +38,15 @@ def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A server with a 1 s head timeout and room for 16 connections: its host and port."""
+    with serving(
+        tmp_path, {"OPDB_API_HEADER_TIMEOUT_S": "1", "OPDB_API_MAX_CONNECTIONS": "16"}
+    ) as where:
+        yield where
 
 
 def _answer(sock: socket.socket, within_s: float) -> bytes:
