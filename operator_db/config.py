@@ -44,6 +44,13 @@ class Settings(BaseSettings):
         default_factory=default_database_url,
         description="SQLAlchemy URL; a SQLite file by default, postgresql+psycopg://... to share.",
     )
+    database_password_file: Path | None = Field(
+        default=None,
+        description="A file holding the database password (its first line; a Docker or systemd "
+        "secret, e.g. /run/secrets/opdb_worker_password), put into database_url, which then "
+        "names the user but no password. Not with a password in the URL; an --db option's URL "
+        "is taken as given.",
+    )
     debug: bool = Field(default=False, description="Print tracebacks for errors in the CLI.")
     max_spec_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Largest YAML spec accepted, in bytes."
@@ -207,6 +214,38 @@ class Settings(BaseSettings):
         default_factory=MeasureSettings,
         description="The measurement method's tunables: OPDB_MEASURE__<FIELD>, e.g. __TRIALS=2.",
     )
+
+    @model_validator(mode="after")
+    def _database_password_from_file(self) -> Settings:
+        """Put the password of database_password_file into database_url (its only reader)."""
+        path = self.database_password_file
+        if path is None:
+            return self
+        from urllib.parse import quote
+
+        from operator_db.db.passwords import read_password
+        from operator_db.errors import InvalidInputError
+
+        scheme, sep, rest = self.database_url.partition("://")
+        authority = rest.split("/", 1)[0]
+        if not sep or "@" not in authority:
+            raise ValueError(
+                "OPDB_DATABASE_PASSWORD_FILE needs a database URL that names its user "
+                "(postgresql+psycopg://USER@HOST:PORT/DATABASE)"
+            )
+        user, _, host = rest.partition("@")
+        if ":" in user:
+            raise ValueError(
+                "OPDB_DATABASE_URL holds a password and OPDB_DATABASE_PASSWORD_FILE names one: "
+                "give it in one place"
+            )
+        try:
+            password = read_password(path, None, "OPDB_DATABASE_PASSWORD_FILE")
+        except InvalidInputError as exc:
+            raise ValueError(str(exc)) from None
+        # The URL as written, the password added (quoted: a URL's reserved characters allowed).
+        self.database_url = f"{scheme}://{user}:{quote(str(password), safe='')}@{host}"
+        return self
 
     @model_validator(mode="after")
     def _api_token_from_file(self) -> Settings:

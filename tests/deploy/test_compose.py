@@ -115,8 +115,8 @@ def test_the_compose_file_parses_with_its_services(services: dict[str, dict[str,
     assert {"postgres", "migrate", "api", "worker"} <= set(services)
 
 
-ROLE_PASSWORDS = {f"OPDB_ROLES_{kind.upper()}_PASSWORD" for kind in KINDS}
-"""What `opdb db roles` reads besides the settings: each role's password."""
+ROLE_PASSWORDS = {f"OPDB_ROLES_{kind.upper()}_PASSWORD_FILE" for kind in KINDS}
+"""What `opdb db roles` reads besides the settings: each role's password, from a file."""
 
 
 def test_services_name_only_settings_the_code_defines(
@@ -152,13 +152,13 @@ def test_each_service_of_ours_gets_the_required_settings_and_the_database(
 def test_the_services_settings_are_valid_values(
     services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    token = tmp_path / "token"
-    token.write_text("t\n", encoding="utf-8")
+    secret = tmp_path / "secret"
+    secret.write_text("t\n", encoding="utf-8")
     for name, service in services.items():
         if dockerfile(service) is None:
             continue
-        env = {
-            key: str(token) if key == "OPDB_API_TOKEN_FILE" else interpolate(value)
+        env = {  # a secret file here for each /run/secrets/ file the container would read
+            key: str(secret) if key.endswith("_FILE") else interpolate(value)
             for key, value in environment(service).items()
         }
         with monkeypatch.context() as patch:
@@ -167,7 +167,8 @@ def test_the_services_settings_are_valid_values(
             for key, value in env.items():
                 patch.setenv(key, value)
             settings = Settings(_env_file=None)  # type: ignore[call-arg]
-        assert settings.database_url == env["OPDB_DATABASE_URL"], name
+        # The URL as written, with the password of its file put in.
+        assert settings.database_url == env["OPDB_DATABASE_URL"].replace("@", ":t@", 1), name
 
 
 def test_postgres_keeps_its_data_and_says_when_it_is_ready(
@@ -414,6 +415,33 @@ def test_secret_values_are_not_in_the_compose_file(services: dict[str, dict[str,
         for key, value in environment(service).items():
             secret = any(w in key for w in ("TOKEN", "PASSWORD")) and not key.endswith("_FILE")
             assert not secret or value.startswith("${"), f"{name}: {key} is written out"
+
+
+def test_compose_passwords_are_secret_files_not_variables(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    """Finding: compose's passwords were environment variables, interpolated into database URLs
+    (seen by `docker inspect`, every process of the container, and its crash reports)."""
+    for name, service in services.items():
+        env = environment(service)
+        for key, value in env.items():
+            assert "PASSWORD" not in key or key.endswith("_FILE"), f"{name}: {key}"
+            assert "PASSWORD" not in value, f"{name}: {key} interpolates a password"
+            if key.endswith("_FILE") and value.startswith("/run/secrets/"):
+                secret = value.removeprefix("/run/secrets/")
+                assert secret in service["secrets"], f"{name}: {secret} is not mounted"
+                assert compose["secrets"][secret]["file"] == f"./secrets/{secret}"
+        if "OPDB_DATABASE_URL" in env:
+            url = urlsplit(interpolate(env["OPDB_DATABASE_URL"]))
+            assert url.username and url.password is None, name
+            assert env["OPDB_DATABASE_PASSWORD_FILE"].startswith("/run/secrets/"), name
+    assert "POSTGRES_PASSWORD" not in environment(services["postgres"])
+    assert environment(services["postgres"])["POSTGRES_PASSWORD_FILE"] == (
+        "/run/secrets/postgres_password"
+    )
+    # The superuser's password is the one file the database and the roles service share.
+    roles = environment(services["roles"])
+    assert roles["OPDB_DATABASE_PASSWORD_FILE"] == "/run/secrets/postgres_password"
 
 
 def test_the_api_is_confined(services: dict[str, dict[str, Any]]) -> None:
