@@ -9,7 +9,8 @@ ingested and measured on the fake device) is not timed.
 
 Targets: a command that does not harvest ends at most 0.5 s after bare Python (``python -c pass``);
 a harvest at most 1.5 × (importing torch and the model's zoo, ``python -c "import torch, ZOO"``)
-+ 0.5 s. ``ratio`` is the median over the target's limit: at most 1 meets it. ``--before`` adds
++ 0.5 s; a worker on an empty queue (it starts, opens its device, registers, finds no job and
+exits) as much over importing torch (issue 46). ``ratio`` is the median over the target's limit: at most 1 meets it. ``--before`` adds
 the same ``opdb`` commands run on another checkout's code (e.g. the main branch), in the same
 rounds.
 """
@@ -117,6 +118,11 @@ def _cases(folder: Path, kind: str) -> list[Case]:
                 str(folder / "mlp.yaml"),
             ),
             "python -c 'import torch'",  # the zoo, operator_db.examples, is torch.nn itself
+        ),
+        Case(
+            "opdb worker --device fake --until-idle",
+            _opdb("worker", "--device", "fake", "--until-idle", "--poll", "0.05"),
+            "python -c 'import torch'",  # a worker measures: torch is its work's own import
         ),
         Case(
             "opdb harvest transformers:GPT2Model -o gpt2/",

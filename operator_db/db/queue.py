@@ -244,6 +244,17 @@ def _claimable(device_kind_id: int, now: datetime, model_ids: Collection[int] | 
     return and_(claimable, or_(Job.model_id.in_(ids), Job.config_id.in_(their_configs)))
 
 
+def has_claimable_job(
+    session: Session, device_kind_id: int, *, model_ids: Collection[int] | None = None
+) -> bool:
+    """Whether a job of the kind could be claimed now (:func:`claim_job`'s rule); takes nothing."""
+    now = utcnow()
+    found = session.execute(
+        select(Job.id).where(_claimable(device_kind_id, now, model_ids)).limit(1)  # type: ignore[arg-type]
+    ).first()
+    return found is not None
+
+
 def claim_job(
     session: Session,
     device_kind_id: int,

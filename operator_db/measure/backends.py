@@ -18,6 +18,8 @@ call, and all of it works on a CPU-only build of torch.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -155,7 +157,7 @@ def pin_backends(settings: MeasureSettings, threads: int | None = None) -> dict[
         enable = getattr(torch.backends.cuda, f"enable_{name}_sdp", None)
         if enable is not None and _sdp(name) is not None:
             enable(getattr(settings, f"sdp_{name}"))
-    torch.use_deterministic_algorithms(settings.deterministic_algorithms)
+    _use_deterministic_algorithms(settings.deterministic_algorithms)
     if threads is not None:
         torch.set_num_threads(threads)
     state = backends_state()
@@ -168,3 +170,22 @@ def pin_backends(settings: MeasureSettings, threads: int | None = None) -> dict[
         detail = ", ".join(f"{n} is {got!r}, not {want!r}" for n, (want, got) in wrong.items())
         raise MeasurementError(f"torch did not take the pinned backend flags: {detail}")
     return state
+
+
+def _use_deterministic_algorithms(mode: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode)``, skipped where it would change nothing.
+
+    torch's call also sets ``torch._inductor.config.deterministic``, importing TorchInductor and
+    TorchDynamo to do so: 1.5 s of a worker's 4.7 s start on a 2-vCPU VM, for a compiler the
+    measurements never use. Off, as torch starts, with TorchInductor not loaded, there is nothing
+    to set (its own default is off too); on, or with TorchInductor loaded, torch's call is made.
+    """
+    if (
+        not mode
+        and not torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled()
+        and "torch._inductor.config" not in sys.modules
+        and os.environ.get("TORCHINDUCTOR_DETERMINISTIC") != "1"  # its default, once loaded
+    ):
+        return
+    torch.use_deterministic_algorithms(mode)

@@ -325,9 +325,15 @@ class Worker:
             DatabaseError: the database failed (the loop waits and tries again).
             RuntimeError: measuring the idle power hit a CUDA error.
         """
-        self._refresh_idle_power()  # before claiming: the lease must not tick meanwhile
         with self.store.transaction() as session:
             queue.expire_exhausted(session)
+        with self.store.transaction(read_only=True) as session:
+            waiting = queue.has_claimable_job(session, kind_id, model_ids=self.options.model_ids)
+        if not waiting:
+            return None
+        # Only with a job to do (a worker's start waited 5 s for it on an empty queue), and
+        # before claiming: the lease must not tick meanwhile.
+        self._refresh_idle_power()
         with self.store.transaction() as session:
             job = queue.claim_job(
                 session,

@@ -42,6 +42,22 @@ def test_the_defaults_are_torchs_own() -> None:
     assert all(fresh[f"sdp_{n}"] for n in ("flash", "mem_efficient", "math", "cudnn"))
 
 
+def test_pinning_imports_no_compiler() -> None:
+    """Finding: a worker took > 20 s to start on a loaded 2-core host; pinning the flags imported
+    TorchInductor and TorchDynamo (``torch.use_deterministic_algorithms`` sets the compiler's
+    flag too), 1.5 s of a 4.7 s start on a 2-vCPU VM."""
+    code = (
+        "import sys; from operator_db.config import MeasureSettings; "
+        "from operator_db.measure.backends import pin_backends; pin_backends(MeasureSettings()); "
+        "print(sorted(m for m in sys.modules "
+        "if m.startswith(('torch._inductor', 'torch._dynamo'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
 def _disable_sdp() -> None:
     torch.backends.cuda.enable_flash_sdp(False)
     torch.backends.cuda.enable_math_sdp(False)

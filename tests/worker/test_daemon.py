@@ -82,6 +82,31 @@ def test_worker_measures_every_job_once(store: Store) -> None:
         assert session.scalars(select(Measurement.host_id)).all() == [host.id, host.id]
 
 
+def test_a_worker_on_an_empty_queue_starts_without_the_idle_window(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding: a worker's start took > 20 s on a loaded 2-core host; 5 s of it was the idle
+    power window, measured before its first claim even where no job waited."""
+    seed(store)  # the kind and its models, no job
+    windows: list[float] = []
+
+    def idle_power(device: Device, window_s: float) -> float:
+        windows.append(window_s)
+        return 100.0
+
+    monkeypatch.setattr("operator_db.worker.daemon.idle_power_w", idle_power)
+    events: list[WorkerEvent] = []
+    stats = make_worker(store, fixed_result, events).run()
+    assert stats.done == 0 and windows == []
+    assert [e.kind for e in events] == ["registered", "idle"]
+    # With a job waiting, the window comes before it is claimed (the lease does not tick).
+    enqueue(store)
+    events.clear()
+    stats = make_worker(store, lambda *a: fixed_result(a[1]), events).run()
+    assert stats.done == 3 and len(windows) == 1
+    assert [e.kind for e in events][:3] == ["registered", "idle_power", "claimed"]
+
+
 def test_failures_are_retried_then_failed_and_the_worker_goes_on(store: Store) -> None:
     enqueue(store, max_attempts=2)
 
