@@ -11,12 +11,14 @@ from fastapi import Depends, FastAPI
 
 from api import limits, metrics, openapi, problems, ui
 from api.bodies import BodyGuard
-from api.deps import refuse_nul
+from api.deps import SchemaCheck, refuse_nul
+from api.retry import RetryRead
 from api.routes import router
 from api.security import AllowedHosts, SecurityHeaders
 from operator_db import __version__
 from operator_db.config import Settings, get_settings
 from operator_db.db.store import Store
+from operator_db.errors import DatabaseError
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -29,7 +31,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A request holds one slot from before its session opens until after it closes, so that
         # no thread ever waits for a pooled connection (see api.deps.session_slot).
         app.state.session_slots = anyio.Semaphore(chosen.api_concurrency)
-        with Store.from_settings(chosen) as store:
+        app.state.schema = SchemaCheck()
+        try:
+            store = Store.from_settings(chosen)
+        except DatabaseError as exc:
+            if not exc.retryable:
+                raise  # at another revision: an admin's work, not a wait
+            # The database is away as the API starts (a host's boot, a rollout): serve anyway,
+            # 503 with Retry-After until it answers; the schema is checked then (api.deps).
+            store = Store.from_settings(chosen, migrate=False)
+            app.state.schema.pending = True
+        with store:
             app.state.store = store
             # What is alive now (modules: torch, pandas, SQLAlchemy; ~300,000 objects) lives as
             # long as the process: out of the collector's sight, a full collection takes well
@@ -49,6 +61,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     problems.install(app)
     openapi.install(app, chosen)
+    # Innermost of the middleware: a read run again is not counted or charged twice.
+    app.add_middleware(RetryRead)
     metrics.install(app)
     limits.install(app, chosen)
     app.include_router(router)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Literal
 
+import anyio
 from fastapi import Depends, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -13,7 +15,12 @@ from sqlalchemy.orm import Session
 
 from operator_db.config import Settings
 from operator_db.db.store import Store
-from operator_db.errors import AuthenticationError, PermissionDeniedError
+from operator_db.errors import (
+    AuthenticationError,
+    DatabaseError,
+    PermissionDeniedError,
+    SchemaMismatchError,
+)
 
 Right = Literal["read", "write"]
 
@@ -43,9 +50,43 @@ async def get_settings_dep(request: Request) -> Settings:
     return settings
 
 
+class SchemaCheck:
+    """The schema check of a store opened while its database was away, made once it answers."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        """True until the check has passed (set where the API started without it)."""
+        self._lock = threading.Lock()
+
+    def run(self, store: Store) -> None:
+        """Check the schema once (one thread at a time); a failure leaves it pending.
+
+        Raises:
+            DatabaseError: the database is still away (a 503 with Retry-After), or at another
+                revision (a 503 that says to run ``opdb db upgrade``).
+        """
+        backend = store.engine.dialect.name  # named, never the URL (as /health does)
+        with self._lock:
+            if not self.pending:
+                return
+            try:
+                store.ensure_current()
+            except SchemaMismatchError:
+                raise SchemaMismatchError(
+                    f"the {backend} database is not at the code's schema revision: "
+                    "run `opdb db upgrade`"
+                ) from None
+            except DatabaseError:
+                raise DatabaseError(f"the {backend} database is unavailable") from None
+            self.pending = False
+
+
 async def get_store(request: Request) -> Store:
-    """Return the store opened when the app started."""
+    """Return the store opened when the app started, its schema checked."""
     store: Store = request.app.state.store
+    check: SchemaCheck | None = getattr(request.app.state, "schema", None)
+    if check is not None and check.pending:
+        await anyio.to_thread.run_sync(check.run, store)
     return store
 
 

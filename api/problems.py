@@ -19,9 +19,11 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from api.retry import LOST
 from operator_db.errors import (
     AuthenticationError,
     ConflictError,
+    ConnectionLostError,
     DatabaseError,
     DiskFullError,
     InvalidInputError,
@@ -102,6 +104,8 @@ def domain_problem(request: Request, exc: OperatorDBError) -> JSONResponse:
     headers = {"WWW-Authenticate": 'Bearer realm="operator-db"'} if status == 401 else None
     if status == 503:
         headers = {"Retry-After": str(RETRY_AFTER_S)}
+        if isinstance(exc, ConnectionLostError) and request is not None:
+            setattr(request.state, LOST, True)  # a read is run once more (api.retry)
     return problem(status, str(exc), type(exc).__name__, request, headers)
 
 

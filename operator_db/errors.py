@@ -43,6 +43,24 @@ class DatabaseError(OperatorDBError):
     retryable = True
 
 
+class ConnectionLostError(DatabaseError):
+    """The database ended a connection while it was in use.
+
+    A restart, ``pg_terminate_backend``, a failover: the work is not done, and a new connection
+    may well succeed.
+    """
+
+
+class SchemaMismatchError(DatabaseError):
+    """The database answers, at a schema revision this code cannot use.
+
+    Behind, newer or at several revisions: waiting does not change that, an admin does (``opdb db
+    upgrade``).
+    """
+
+    retryable = False
+
+
 class DiskFullError(DatabaseError):
     """The database's disk is full (SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100).
 

@@ -12,7 +12,7 @@ from api.schemas import Health
 from operator_db import __version__
 from operator_db.db import migrate
 from operator_db.db.store import Store
-from operator_db.errors import DatabaseError
+from operator_db.errors import ConnectionLostError, DatabaseError
 
 router = APIRouter(tags=["service"])
 
@@ -28,6 +28,8 @@ def health(store: Annotated[Store, Depends(get_store)]) -> Health:
     head = migrate.head_revision()
     try:
         revision = migrate.current_revision(store.engine)
+    except ConnectionLostError:  # ended under the read: asked again at once (api.retry)
+        raise ConnectionLostError(f"the {backend} database ended the connection") from None
     except Exception:  # noqa: BLE001 - any failure to read the revision: not healthy
         raise DatabaseError(f"the {backend} database is unavailable") from None
     if revision != head:

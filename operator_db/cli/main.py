@@ -153,11 +153,12 @@ def entry() -> None:
     A measuring command starts again at once with glibc's allocator set from the process's start
     (:func:`operator_db.cli.process_env.start_env`).
     """
-    from operator_db.cli.process_env import start_env
+    from operator_db.cli.process_env import start_env, stop_while_starting
 
     env = start_env(sys.argv, dict(os.environ))
     if env is not None:
         os.execve(sys.executable, [sys.executable, "-m", "operator_db", *sys.argv[1:]], env)
+    stop_while_starting(sys.argv)
     code = main()
     if code == EXIT_RESTART:
         # The CUDA context is poisoned: the interpreter's teardown frees CUDA tensors, which may

@@ -64,3 +64,21 @@ def ensure_start_env() -> None:
 
     if _wanted(dict(os.environ)):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**PROCESS_START_ENV, **os.environ})
+
+
+def stop_while_starting(argv: list[str]) -> None:
+    """Let ``opdb worker`` exit 0 on a SIGTERM that comes while it starts.
+
+    The worker's own handler (finish the job, then stop) is set once its device is open; before
+    that (seconds: importing torch) SIGTERM's default ended the process with -15 although it held
+    no job, which a supervisor reads as a crash (issue 46's chaos run: a worker restarted after a
+    SIGKILL and stopped at once).
+    """
+    import signal
+    import sys
+
+    def stopped(_signum: int, _frame: object) -> None:
+        sys.exit(0)  # nothing claimed yet: a stop, not a failure
+
+    if len(argv) >= 2 and argv[1] == "worker":
+        signal.signal(signal.SIGTERM, stopped)

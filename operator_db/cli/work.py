@@ -192,11 +192,19 @@ def worker(
     """Take jobs for this host's device kind from the database and measure them."""
     from operator_db.worker.daemon import WorkerOptions
 
-    with open_store(db) as store:
+    # The schema is checked once the database answers: a worker started before its database
+    # (a host's boot, a rollout) waits for it, as it does between jobs.
+    with open_store(db, migrate=False) as store:
         stats = run_worker(
             store,
             device,
-            WorkerOptions(lease_s=lease, poll_s=poll, max_jobs=max_jobs, until_idle=until_idle),
+            WorkerOptions(
+                lease_s=lease,
+                poll_s=poll,
+                max_jobs=max_jobs,
+                until_idle=until_idle,
+                check_schema=True,
+            ),
         )
     _print_stats(stats)
 

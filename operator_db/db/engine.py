@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from operator_db.errors import DatabaseError, DiskFullError
+from operator_db.errors import ConnectionLostError, DatabaseError, DiskFullError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another process's lock before failing, in milliseconds."""
@@ -114,6 +114,8 @@ def describe_db_error(exc: DBAPIError, url: str) -> DatabaseError:
             f"nothing of the transaction was written; free space"
             f"{'' if sqlite else ' on the database server'} and retry"
         )
+    if exc.connection_invalidated:  # SQLAlchemy's reading: the connection is gone
+        return ConnectionLostError(f"database {safe_url(url)} ended the connection: {first}")
     if isinstance(exc, OperationalError):
         return DatabaseError(f"database {safe_url(url)} is unavailable: {first}")
     return DatabaseError(f"database {safe_url(url)} refused the operation: {first}")

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from operator_db.db.engine import describe_db_error, make_engine, safe_url
-from operator_db.errors import DatabaseError
+from operator_db.errors import DatabaseError, SchemaMismatchError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -124,7 +124,7 @@ def current_revision(bind: Engine | Connection) -> str | None:
     except DBAPIError as exc:
         raise describe_db_error(exc, url) from None
     if len(rows) > 1:
-        raise DatabaseError(
+        raise SchemaMismatchError(
             f"database {safe_url(url)} is at several revisions "
             f"({', '.join(sorted(rows))}): migrate it with `alembic`"
         )
@@ -178,7 +178,7 @@ def ensure_current(engine: Engine, *, auto_upgrade_sqlite: bool = True) -> None:
         upgrade(engine)
         return
     state = "empty" if current is None else f"at revision {current}"
-    raise DatabaseError(
+    raise SchemaMismatchError(
         f"database {engine.url.render_as_string(hide_password=True)} is {state}, "
         f"the code expects {head}: run `opdb db upgrade`"
     )

@@ -31,6 +31,8 @@ class Store:
     sessions: sessionmaker[Session]
     url: str
     read_sessions: sessionmaker[Session] | None = None
+    auto_upgrade_sqlite: bool = True
+    """Whether :meth:`ensure_current` brings a SQLite file's schema up to date."""
 
     @classmethod
     def open(
@@ -42,13 +44,31 @@ class Store:
             DatabaseError: unreachable, or at a revision the code cannot use.
         """
         engine = make_engine(url, echo=echo)
+        store = cls(
+            engine,
+            make_sessionmaker(engine),
+            url,
+            make_sessionmaker(engine, write=False),
+            auto_upgrade_sqlite,
+        )
         if migrate:
             try:
-                ensure_current(engine, auto_upgrade_sqlite=auto_upgrade_sqlite)
+                store.ensure_current()
             except BaseException:
                 engine.dispose()
                 raise
-        return cls(engine, make_sessionmaker(engine), url, make_sessionmaker(engine, write=False))
+        return store
+
+    def ensure_current(self) -> None:
+        """Check that the schema is at this code's revision, as :meth:`open` does unless told not.
+
+        A SQLite file is brought there where ``auto_upgrade_sqlite``.
+
+        Raises:
+            DatabaseError: unreachable (retryable), or at a revision the code cannot use
+                (:class:`~operator_db.errors.SchemaMismatchError`).
+        """
+        ensure_current(self.engine, auto_upgrade_sqlite=self.auto_upgrade_sqlite)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, migrate: bool = True) -> Store:

@@ -42,6 +42,7 @@ from operator_db.measure.flags import Flag
 from operator_db.measure.settings import MeasureSettings
 from operator_db.worker.backoff import DatabaseWait
 from operator_db.worker.execute import Executor, JobInfo, execute_job
+from operator_db.worker.lease import Heartbeat
 
 EventKind = Literal[
     "registered",
@@ -105,6 +106,10 @@ class WorkerOptions:
     max_jobs: int | None = None
     until_idle: bool = False
     name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    check_schema: bool = False
+    """Check the database's schema revision before registering (a store opened without the
+    check): a database that does not answer is waited out there as when registering; one at
+    another revision stops the worker (:class:`SchemaMismatchError`)."""
     db_retry_s: float = 1.0
     """The wait after a failed claim, s; it doubles with each failure in a row (with jitter)."""
     db_retry_cap_s: float = 30.0
@@ -119,35 +124,6 @@ class WorkerOptions:
     each job runs, and flag its results ``host_noisy`` with the reasons (``devices/noise.py``)."""
     noise_reader: Callable[[Device], HostReader] = HostReader.for_device
     """What reads the host for ``watch_noise`` (tests give a fake)."""
-
-
-class _Heartbeat:
-    """Renews a job's lease from a thread (own connection) until stopped; notes a lost lease."""
-
-    def __init__(self, store: Store, job_id: int, owner: str, lease_s: float, every_s: float):
-        self.store, self.job_id, self.owner = store, job_id, owner
-        self.lease_s, self.every_s = lease_s, every_s
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="opdb-heartbeat", daemon=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                with self.store.transaction() as session:
-                    if not queue.renew_lease(session, self.job_id, self.owner, self.lease_s):
-                        self.lost.set()
-                        return
-            except DatabaseError:
-                continue  # transient: the next beat tries again; the lease is long enough
 
 
 class Worker:
@@ -273,8 +249,12 @@ class Worker:
         wait = self._database_wait()
         while not self.stop_event.is_set():
             try:
+                if self.options.check_schema:
+                    self.store.ensure_current()
                 return self.register()
             except DatabaseError as exc:
+                if not exc.retryable:
+                    raise
                 wait.failed(exc, "registering")
         return None
 
@@ -400,7 +380,7 @@ class Worker:
             pin_backends(self.settings, self.threads)
             monitor = self._noise
             since = monitor.mark() if monitor is not None else None
-            with _Heartbeat(self.store, job_id, owner, self.options.lease_s, every) as beat:
+            with Heartbeat(self.store, job_id, owner, self.options.lease_s, every) as beat:
                 rows = self.executor(self.store, job, self.device, self.settings, self._idle_power)
                 # An asynchronous CUDA error surfaces here, in the job that caused it, rather
                 # than in the next job's first CUDA call.

@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from operator_db.db.store import Store
+from operator_db.errors import DatabaseError, SchemaMismatchError
 from tests.api.common import AUTH, api_client
 from tests.helpers import linear_op, spec_dict, sqlite_size_capped
 
@@ -137,3 +138,86 @@ def test_pooled_connections_killed_are_replaced_before_use(
         admin.dispose()
     assert ended >= 1
     assert [client.get("/models").status_code for _ in range(8)] == [200] * 8
+
+
+def lost_once(calls: list[str], times: int = 1) -> type[Session]:
+    """A session class whose first ``times`` commits find their connection ended by the server."""
+
+    def commit(self: Session) -> None:
+        calls.append("commit")
+        if len(calls) <= times:
+            raise OperationalError("COMMIT", None, Exception(DROPPED), connection_invalidated=True)
+        Session.commit(self)
+
+    return type("LostOnce", (Session,), {"commit": commit})
+
+
+def test_a_read_whose_connection_was_ended_is_run_again_a_write_is_not(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chaos run: after each pg_terminate_backend round, reads in flight were 503s with the
+    database up (4 of ~7,000, 10 s after an outage). A read runs once more on a fresh connection;
+    a write, whose commit may have landed, is a 503 (ConnectionLostError) with Retry-After."""
+    store: Store = client.app.state.store  # type: ignore[attr-defined]
+    expected = client.get("/models").json()
+    calls: list[str] = []
+    read = store.read_sessions
+    assert read is not None
+    monkeypatch.setattr(
+        store, "read_sessions", sessionmaker(**{**read.kw, "class_": lost_once(calls)})
+    )
+    answer = client.get("/models")
+    assert answer.status_code == 200 and answer.json() == expected
+    assert calls == ["commit", "commit"]
+    writes: list[str] = []
+    monkeypatch.setattr(
+        store, "sessions", sessionmaker(**{**store.sessions.kw, "class_": lost_once(writes, 9)})
+    )
+    answer = client.post(
+        f"/models/{MODEL}/jobs", json={"device_kind": "fake:FakeGPU"}, headers=AUTH
+    )
+    assert is_problem(answer, 503, "ConnectionLostError") and writes == ["commit"]
+    assert answer.headers["Retry-After"]
+    # Lost twice in a row, a read is a 503 too: run again once, not until it succeeds.
+    calls.clear()
+    monkeypatch.setattr(
+        store, "read_sessions", sessionmaker(**{**read.kw, "class_": lost_once(calls, 2)})
+    )
+    assert is_problem(client.get("/models"), 503, "ConnectionLostError")
+    assert calls == ["commit", "commit"]
+
+
+def test_the_api_starts_while_its_database_is_away_and_serves_once_it_is_back(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chaos run: `opdb serve` started while PostgreSQL was down failed its start-up and exited
+    (every client refused). It starts, answers 503 with Retry-After, and serves once the
+    database answers; the schema is checked then."""
+    real = Store.ensure_current
+    tries: list[int] = []
+
+    def away_twice(self: Store) -> None:
+        tries.append(1)
+        if len(tries) <= 2:
+            raise DatabaseError(f"database {self.display_url} is unavailable: connection refused")
+        real(self)
+
+    monkeypatch.setattr(Store, "ensure_current", away_twice)
+    with api_client(db_url) as c:
+        first = c.get("/health")
+        assert is_problem(first, 503, "DatabaseError") and first.headers["Retry-After"]
+        assert "unavailable" in first.json()["detail"] and "://" not in first.json()["detail"]
+        assert c.get("/health").status_code == 200
+        assert c.get("/models").status_code == 200
+    assert len(tries) == 3
+
+
+def test_an_api_on_a_database_at_another_revision_does_not_start(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def behind(self: Store) -> None:
+        raise SchemaMismatchError("database is at revision 0001, the code expects 0015")
+
+    monkeypatch.setattr(Store, "ensure_current", behind)
+    with pytest.raises(SchemaMismatchError), api_client(db_url):
+        pass

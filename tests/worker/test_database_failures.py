@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +22,7 @@ from operator_db.db import queue
 from operator_db.db.models import Job, Measurement, utcnow
 from operator_db.db.store import Store
 from operator_db.devices.fake import FakeDevice
-from operator_db.errors import DatabaseError
+from operator_db.errors import DatabaseError, SchemaMismatchError
 from operator_db.measure.settings import fast_settings
 from operator_db.worker.daemon import Worker, WorkerEvent, WorkerOptions
 from operator_db.worker.execute import JobInfo
@@ -245,7 +250,7 @@ def test_a_worker_survives_its_connections_being_killed_before_claims(
     assert len(killed) == OUTAGE
     errors = [e.message for e in events if e.kind == "db_error"]
     assert len(errors) == OUTAGE
-    assert all(" is unavailable: " in message for message in errors), errors
+    assert all(" ended the connection: " in message for message in errors), errors
     assert (stats.done, stats.failed, stats.lost) == (3, 0, 0)
     assert counts(store) == (2, 1, {"done": 3})
 
@@ -292,3 +297,50 @@ def test_a_stop_ends_the_wait_at_the_start_too(
     stats = w.run()
     assert time.monotonic() - started < 5.0
     assert stats.done == 0 and [e.kind for e in events] == ["db_error"]
+
+
+def test_opdb_worker_checks_the_schema_once_the_database_answers(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chaos run: `opdb worker` checked the schema as it opened the database, before its wait,
+    and exited 1 while PostgreSQL was down. The command opens the store unchecked and the worker
+    checks it in its wait (``check_schema``); a database at another revision still stops it."""
+    enqueue(store)
+    checks: list[int] = []
+    real = Store.ensure_current
+
+    def away(self: Store) -> None:
+        checks.append(1)
+        if len(checks) <= OUTAGE:
+            raise SHUTTING_DOWN
+        real(self)
+
+    monkeypatch.setattr(Store, "ensure_current", away)
+    waits: list[float] = []
+    stats = worker(store, [], waits, check_schema=True).run()
+    assert len(checks) == OUTAGE + 1 and len(waits) == OUTAGE and stats.done > 0
+
+    def behind(self: Store) -> None:
+        raise SchemaMismatchError("database is at revision 0001, the code expects 0015")
+
+    monkeypatch.setattr(Store, "ensure_current", behind)
+    waits.clear()
+    with pytest.raises(SchemaMismatchError):
+        worker(store, [], waits, check_schema=True).run()
+    assert waits == []
+
+
+def test_a_worker_stopped_while_it_starts_exits_0(tmp_path: Path) -> None:
+    """Chaos run: a worker started again after a SIGKILL and stopped (SIGTERM) at once ended
+    with -15, which a supervisor reads as a crash; it held nothing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPDB_")}
+    env["OPDB_DATABASE_URL"] = f"sqlite:///{tmp_path / 'w.sqlite'}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "operator_db", "worker", "--device", "fake"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.3)  # importing, long before its device is open
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
