@@ -10,9 +10,9 @@ ingested and measured on the fake device) is not timed.
 Targets: a command that does not harvest ends at most 0.5 s after bare Python (``python -c pass``);
 a harvest at most 1.5 × (importing torch and the model's zoo, ``python -c "import torch, ZOO"``)
 + 0.5 s; a worker on an empty queue (it starts, opens its device, registers, finds no job and
-exits) as much over importing torch (issue 46). ``ratio`` is the median over the target's limit: at most 1 meets it. ``--before`` adds
-the same ``opdb`` commands run on another checkout's code (e.g. the main branch), in the same
-rounds.
+exits) as much over importing torch (issue 46). ``ratio`` is the median over the target's limit:
+at most 1 meets it. ``--before`` adds the same ``opdb`` commands run on another checkout's code
+(e.g. the main branch), in the same rounds.
 """
 
 from __future__ import annotations
