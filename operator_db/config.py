@@ -20,7 +20,35 @@ __all__ = [
     "Settings",
     "default_database_url",
     "get_settings",
+    "password_from",
 ]
+
+
+def password_from(path: Path | None, value: str | None, what: str) -> str | None:
+    """Return a password from a file (its content, less the line end) or a value given, or None.
+
+    The one rule for passwords given to operator-db: the database's (``database_password_file``)
+    and the roles' (``opdb db roles``, ``db/passwords.py``).
+
+    Raises:
+        ValueError: both given, the file cannot be read, or the password is empty or not
+            printable ASCII.
+    """
+    if path is not None and value is not None:
+        raise ValueError(f"{what}: give the password in a file or a variable, not both")
+    if path is not None:
+        try:
+            value = path.read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{what}: cannot read {path}: {exc}") from None
+    if value is None:
+        return None
+    if not value or not all(" " <= c <= "~" for c in value):
+        raise ValueError(
+            f"{what}: a password must be printable ASCII, not empty "
+            "(e.g. `openssl rand -base64 32`)"
+        )
+    return value
 
 
 def default_database_url() -> str:
@@ -223,9 +251,6 @@ class Settings(BaseSettings):
             return self
         from urllib.parse import quote
 
-        from operator_db.db.passwords import read_password
-        from operator_db.errors import InvalidInputError
-
         scheme, sep, rest = self.database_url.partition("://")
         authority = rest.split("/", 1)[0]
         if not sep or "@" not in authority:
@@ -239,10 +264,7 @@ class Settings(BaseSettings):
                 "OPDB_DATABASE_URL holds a password and OPDB_DATABASE_PASSWORD_FILE names one: "
                 "give it in one place"
             )
-        try:
-            password = read_password(path, None, "OPDB_DATABASE_PASSWORD_FILE")
-        except InvalidInputError as exc:
-            raise ValueError(str(exc)) from None
+        password = password_from(path, None, "OPDB_DATABASE_PASSWORD_FILE")
         # The URL as written, the password added (quoted: a URL's reserved characters allowed).
         self.database_url = f"{scheme}://{user}:{quote(str(password), safe='')}@{host}"
         return self

@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+from operator_db.config import password_from
 from operator_db.errors import InvalidInputError
 
 
@@ -47,22 +48,13 @@ def verifier_matches(verifier: str | None, password: str) -> bool:
 def read_password(path: Path | None, value: str | None, what: str) -> str | None:
     """Return a password from a file (its first line) or a value given, or None for neither.
 
+    The rule is the settings' (:func:`operator_db.config.password_from`).
+
     Raises:
         InvalidInputError: both given, the file cannot be read, or the password is empty or
             not printable ASCII.
     """
-    if path is not None and value is not None:
-        raise InvalidInputError(f"{what}: give the password in a file or a variable, not both")
-    if path is not None:
-        try:
-            value = path.read_text(encoding="utf-8").rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"{what}: cannot read {path}: {exc}") from None
-    if value is None:
-        return None
-    if not value or not all(" " <= c <= "~" for c in value):
-        raise InvalidInputError(
-            f"{what}: a password must be printable ASCII, not empty "
-            "(e.g. `openssl rand -base64 32`)"
-        )
-    return value
+    try:
+        return password_from(path, value, what)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
