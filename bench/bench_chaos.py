@@ -364,7 +364,7 @@ def main() -> None:
     rows = [
         ("jobs done", done, args.jobs),
         ("jobs failed", int(by_status.get("failed", 0)), 0),
-        ("jobs lost (not done)", lost, 0),
+        ("jobs not done when it ended (queued or leased)", lost, 0),
         ("results", int(results[0]) if results else -1, args.jobs),
         ("configurations measured twice", duplicates, 0),
         ("workers that exited on their own", len(own_exits), 0),
