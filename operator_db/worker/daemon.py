@@ -195,11 +195,17 @@ class Worker:
         self._emit("registered", f"{ident.name} on {hostname} as {self.options.name}")
         return kind.id
 
+    def _idle_power_due(self) -> bool:
+        """Whether the idle power is older than ``idle_every_s`` (or was never measured)."""
+        return time.monotonic() - self._idle_measured_at >= self.settings.idle_every_s
+
+    def _job_waiting(self, kind_id: int) -> bool:
+        """Whether a job of the kind could be claimed now (nothing is taken)."""
+        with self.store.transaction(read_only=True) as session:
+            return queue.has_claimable_job(session, kind_id, model_ids=self.options.model_ids)
+
     def _refresh_idle_power(self) -> None:
-        now = time.monotonic()
-        if now - self._idle_measured_at < self.settings.idle_every_s:
-            return
-        self._idle_measured_at = now
+        self._idle_measured_at = time.monotonic()
         self._idle_power = idle_power_w(self.device, self.settings.idle_window_s)
         self._idle_temperature = self.device.telemetry().temperature_c
         if self._idle_power is not None:
@@ -307,13 +313,10 @@ class Worker:
         """
         with self.store.transaction() as session:
             queue.expire_exhausted(session)
-        with self.store.transaction(read_only=True) as session:
-            waiting = queue.has_claimable_job(session, kind_id, model_ids=self.options.model_ids)
-        if not waiting:
-            return None
-        # Only with a job to do (a worker's start waited 5 s for it on an empty queue), and
-        # before claiming: the lease must not tick meanwhile.
-        self._refresh_idle_power()
+        if self._idle_power_due() and self._job_waiting(kind_id):
+            # Only with a job to do (a worker's start waited 5 s for it on an empty queue), and
+            # before claiming: the lease must not tick meanwhile.
+            self._refresh_idle_power()
         with self.store.transaction() as session:
             job = queue.claim_job(
                 session,
