@@ -95,6 +95,14 @@ class Cluster:
         """Stop the server (fast: connections are ended, as at a crash or a restart)."""
         self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
+    def halt(self) -> None:
+        """Stop the server if it runs, whatever state the run left it in (never raises)."""
+        subprocess.run(
+            [*self.as_postgres, str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
+             "stop"],
+            check=False, capture_output=True,
+        )  # fmt: skip
+
     def url(self, database: str) -> str:
         """Return the SQLAlchemy URL of ``database`` on this cluster."""
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -154,6 +162,8 @@ class Clients:
 
 LOGS: dict[int, Path] = {}
 """Each process's output file, by its pid."""
+PROCESSES: list[subprocess.Popen[bytes]] = []
+"""Every process started, so that an interrupted run leaves none behind."""
 
 
 def opdb(*args: str, env: dict[str, str], folder: Path) -> subprocess.Popen[bytes]:
@@ -167,6 +177,7 @@ def opdb(*args: str, env: dict[str, str], folder: Path) -> subprocess.Popen[byte
             stderr=subprocess.STDOUT,
         )
     LOGS[process.pid] = log
+    PROCESSES.append(process)
     return process
 
 
@@ -189,9 +200,28 @@ def main() -> None:
     parser.add_argument("--sigkill-every-s", type=float, default=4.0)
     parser.add_argument("--limit-s", type=float, default=900.0)
     args = parser.parse_args()
-    rng = random.Random(0)
     folder = Path(tempfile.mkdtemp(prefix="opdb-chaos-"))
     cluster = Cluster(folder, free_port())
+    # SIGTERM (a timeout's) ends the run through the cleanup below, as Ctrl-C does
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        met = run_chaos(args, cluster, folder)
+    finally:  # an interrupted run leaves no server or process behind
+        for process in PROCESSES:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        cluster.halt()
+    if met:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        print(f"the processes' output: {folder}/*.log")
+    sys.exit(0 if met else 1)
+
+
+def run_chaos(args: argparse.Namespace, cluster: Cluster, folder: Path) -> bool:
+    """Run the chaos on ``cluster`` and print its figures; whether every target was met."""
+    rng = random.Random(0)
     cluster.start()
     subprocess.run(
         [
@@ -380,12 +410,7 @@ def main() -> None:
         f"own exits' codes: {own_exits or '-'}"
     )
     print("API answers: " + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items())))
-    met = all(figure == target for _, figure, target in rows)
-    if met:
-        shutil.rmtree(folder, ignore_errors=True)
-    else:
-        print(f"the processes' output: {folder}/*.log")
-    sys.exit(0 if met else 1)
+    return all(figure == target for _, figure, target in rows)
 
 
 if __name__ == "__main__":
