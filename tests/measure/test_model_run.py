@@ -56,6 +56,23 @@ def test_hollow_replays_recorded_outputs_and_leaves_the_model_alone() -> None:
     assert net.block.calls == calls + 2  # the model itself is untouched
 
 
+def test_a_stub_pays_no_module_call_machinery_the_replay_times_with_its_module() -> None:
+    """The replay calls each module (its ``Module.__call__`` counted there); a stub skips that
+    machinery, or the hollow run would count it a second time: only the model's own call runs
+    it in a hollow pass (a global hook sees that call alone)."""
+    net = Net().eval()
+    hollow, _ = hollow_forward(net, (torch.randn(3, 8),), {}, {"block", "head"})
+    seen: list[str] = []
+    handle = nn.modules.module.register_module_forward_pre_hook(
+        lambda module, _args: seen.append(type(module).__name__)
+    )
+    try:
+        hollow()
+    finally:
+        handle.remove()
+    assert seen == ["Net"]
+
+
 def test_hollow_only_for_inference_with_names() -> None:
     ref = "module:operator_db.examples:mlp?hidden=[16]"
     inputs = [{"shape": [2, 784], "dtype": "float32"}]
