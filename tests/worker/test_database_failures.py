@@ -341,6 +341,20 @@ def test_a_worker_stopped_while_it_starts_exits_0(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(0.3)  # importing, long before its device is open
+    # Once Python runs our code (its handler set: SIGTERM is caught), while it imports, long
+    # before its device is open. Not after a fixed delay: on a loaded host Python's own start
+    # outlasted 0.3 s, where no program can catch a signal yet (CI: -15).
+    deadline = time.monotonic() + 60
+    while not _catches_sigterm(process.pid) and time.monotonic() < deadline:
+        assert process.poll() is None
+        time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGTERM (Linux: ``SigCgt`` in its status)."""
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
