@@ -106,3 +106,22 @@ def test_hollow_refuses_names_the_model_does_not_call() -> None:
     )
     assert run.hollow is None and run.hollow_unavailable is not None
     assert "'encoder.7'" in run.hollow_unavailable
+
+
+class Sealed(nn.Linear):
+    """A module class that refuses subclasses (as a final class would)."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        raise TypeError("Sealed cannot be subclassed")
+
+
+def test_a_module_whose_class_cannot_be_subclassed_is_stubbed_through_its_forward() -> None:
+    torch.manual_seed(0)
+    net = Net().eval()
+    net.head = Sealed(8, 2)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = net(x)
+    hollow, stubbed = hollow_forward(net, (x,), {}, {"block", "head"})
+    assert stubbed == 2 and torch.equal(hollow(), expected)  # type: ignore[arg-type]
+    assert type(net.head) is Sealed  # the model's own module is untouched
