@@ -53,9 +53,11 @@ OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/opdb" db upgrade >/
 OPDB_DATABASE_URL="sqlite:///$tmpdb/check.sqlite" "$venv/bin/alembic" check
 if [ $# -eq 0 ]; then
   # On every core (pytest-xdist; each test has its own databases), then the tests that time the
-  # CPU alone: a parallel worker would load the cores they time.
+  # CPU alone: a parallel worker would load the cores they time. The 25 slowest tests are
+  # printed: where the command's time goes.
   workers="${OPDB_TEST_WORKERS:-$(nproc)}"
-  OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest -n "$workers" -m "not serial"
+  OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest -n "$workers" -m "not serial" \
+    --durations=25
   OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest -m serial
 else
   OPDB_TEST_POSTGRES_URL="$pg_url" "$venv/bin/python" -m pytest "$@"
