@@ -210,5 +210,8 @@ def test_the_llm_device_call_dry_run(tmp_path: Path) -> None:
     )  # fmt: skip
     rows = json.loads((out / "estimate.json").read_text())
     assert [(r["batch"], r["prompt"], r["new_tokens"]) for r in rows] == [(1, 16, 4), (8, 16, 4)]
-    assert all(r["errors"]["energy"]["verdict"] for r in rows)  # J/token against the runs
+    for r in rows:  # J/token against the runs, or why there is none: the fake device's step
+        # energies are noise around zero, which a loaded host can sum below 0 J (CI, batch 8)
+        said = any(n.startswith("no energy: ") for n in r["notes"])
+        assert said or r["errors"]["energy"]["verdict"], r["notes"]
     assert gzip.decompress((out / "llm-gpu.sqlite.gz").read_bytes())[:15] == b"SQLite format 3"

@@ -122,6 +122,15 @@ def test_energy_per_token_where_every_step_has_one() -> None:
     assert compose_generation("m", "gpu", 1, 100, 11, steps()).energy is None
 
 
+def test_an_energy_that_composes_to_zero_or_less_is_none_with_a_note() -> None:
+    """Step energies that are noise around zero (the fake device on a loaded host: CI's dry run
+    of the GPU call composed -1.1 J at batch 8) give no energy, and say so."""
+    below = [StepFigure(s.phase, s.batch, s.tokens, s.time, fig(-0.01)) for s in steps()]
+    e = compose_generation("m", "gpu", 1, 100, 11, below)
+    assert e.energy is None and e.joules_per_token is None
+    assert any(n.startswith("no energy: the forwards' energy composed to -0.") for n in e.notes)
+
+
 def test_energy_adds_idle_power_between_forwards_and_meets_the_runs() -> None:
     with_energy = [
         StepFigure(s.phase, s.batch, s.tokens, s.time, fig(s.time.value * 100), idle_power_w=50.0)
