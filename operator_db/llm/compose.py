@@ -436,13 +436,7 @@ def _energy(
     *,
     weights_of_prompt: int,
 ) -> None:
-    """Fill the forwards' energy where every step used has one and it sums to more than 0 J.
-
-    A step's energy is its idle part plus its operators' dynamic energies, each measured less
-    the idle power: where those are noise around zero (a device whose power hardly moves with
-    the work, a loaded host) their sum can fall below zero, which no generation draws; the
-    estimate then has no energy, and a note says why.
-    """
+    """Fill the forwards' energy where every step has one and it sums above 0 J (else a note)."""
     known = [s for s in prefills if s.energy is not None]
     if not known or len(known) != len(prefills):
         return
@@ -452,13 +446,10 @@ def _energy(
     prefill = _combine([s.energy for s in known if s.energy is not None], weights)
     parts = [prefill] if decode_energy is None else [prefill, decode_energy]
     total = sum_interval(parts)
-    if total.value <= 0:
-        estimate.notes.append(
-            f"no energy: the forwards' energy composed to {total.value:.4g} J, not above 0 (the "
-            "steps' dynamic energies are noise around zero)"
-        )
-        return
-    estimate.energy = total
+    if total.value > 0:
+        estimate.energy = total
+    else:
+        estimate.notes.append(f"no energy: the forwards' energy composed to {total.value:.4g} J")
 
 
 def _energy_between(
