@@ -20,6 +20,7 @@ from operator_db.db import queries
 from operator_db.estimate.energy import (
     energy_interval_of,
     energy_of,
+    positive_energy,
     run_energy_interval,
     static_note,
     with_static_power,
@@ -254,6 +255,9 @@ def estimate_model(
         )
         est = replace(est, energy_j=total, static_energy_j=static, idle_power_w=idle_w)
         est.notes += static_note(total, static, idle_w, est.total_time_s)
+    energy_j, no_energy = positive_energy(est.energy_j, "the operators' energy")
+    if no_energy:
+        est = replace(est, energy_j=energy_j, static_energy_j=None, notes=est.notes + no_energy)
     if predicted is None:
         return est
     return replace(

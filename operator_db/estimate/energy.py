@@ -73,6 +73,19 @@ def with_static_power(
     return dynamic_j + static, static
 
 
+def positive_energy(total_j: float | None, what: str) -> tuple[float | None, list[str]]:
+    """Return ``total_j`` (J) where it is unknown or above 0 J, else None and a note saying why.
+
+    A composed energy sums measured figures, some of them dynamic energies (total − idle power ×
+    time) that are noise around zero for short operators; the sum can fall to 0 J or below, which
+    no device draws. Such a figure is no energy, never a negative one. ``what`` names the sum in
+    the note ("the operators' energy").
+    """
+    if total_j is None or total_j > 0:
+        return total_j, []
+    return None, [f"no energy: {what} composed to {total_j:.4g} J"]
+
+
 def static_note(
     total_j: float | None, static_j: float | None, idle_power_w: float | None, time_s: float
 ) -> list[str]:

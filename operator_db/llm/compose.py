@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from operator_db.estimate.energy import positive_energy
 from operator_db.stats import LEVEL, Interval, error_interval, exact, noise_verdict, sum_interval
 
 How = Literal["measured", "interpolated", "extrapolated", "flat"]
@@ -446,10 +447,9 @@ def _energy(
     prefill = _combine([s.energy for s in known if s.energy is not None], weights)
     parts = [prefill] if decode_energy is None else [prefill, decode_energy]
     total = sum_interval(parts)
-    if total.value > 0:
-        estimate.energy = total
-    else:
-        estimate.notes.append(f"no energy: the forwards' energy composed to {total.value:.4g} J")
+    value, no_energy = positive_energy(total.value, "the forwards' energy")
+    estimate.energy = None if value is None else total
+    estimate.notes += no_energy
 
 
 def _energy_between(

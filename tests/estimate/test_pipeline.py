@@ -187,3 +187,25 @@ def test_a_host_bound_model_draws_idle_power_while_the_device_waits(store: Store
     assert old < est.energy_j and est.summary()["static_energy_j"] == est.static_energy_j
     assert any(n.startswith("energy: operators' dynamic energy 0.06 J + static") for n in est.notes)
     assert dynamic.static_energy_j is None and dynamic.energy_j == pytest.approx(0.06)
+
+
+def test_an_energy_that_composes_to_zero_or_less_is_none_with_a_note(store: Store) -> None:
+    """Dynamic energies that are noise around zero can sum below 0 J, which no device draws:
+    the estimate has no energy then, and says what the sum was (the LLM's rule too)."""
+    _gpu_model(store, syncs=None)
+    with store.transaction() as session:
+        for row in session.scalars(select(Measurement)):
+            row.time_median_s = 0.1e-3
+            row.idle_power_w = 1.0
+            row.dynamic_energy_per_call_j = -0.01  # noise below the idle baseline
+            row.energy_per_call_j = 0.0
+        session.scalars(select(FullModelRun)).one().idle_power_w = 1.0
+    with store.transaction() as session:
+        total = estimate_model(session, "seq", GPU)
+        dynamic = estimate_model(session, "seq", GPU, EstimateOptions(energy="dynamic"))
+    for est in (total, dynamic):
+        assert est.energy_j is None and est.static_energy_j is None and est.energy_error is None
+        assert est.energy_interval is None
+        assert any(
+            n.startswith("no energy: the operators' energy composed to -0.0") for n in est.notes
+        )
