@@ -1,0 +1,167 @@
+"""Benchmark: the replay against the model by the host's speed, in one process (issue 47).
+
+A VM's speed at several threads moves in stretches of seconds (a ResNet-50 b1 call 55 to 92 ms
+within one process on a 2-vCPU Zen 4 VM). This times, round after round for ``--seconds``, a few
+calls of the model, a few passes of its replay (``measure/replay.py``, as a model job builds
+it) and the model's hollow run, then sorts the rounds by the model's time and prints, per
+quarter of them (fastest first): the model, the replay's pass, the hollow run, their ratio
+((replay + hollow) / model, near what the estimate's error follows), the operator types' sums in
+the replay, and, with ``--hooked``, the same leaf module types timed inside the model (forward
+hooks, in extra calls of the same round). After the rounds the model is timed at one thread:
+on the Zen 4 VM its speed held still while that of two threads moved. Run:
+
+    .venv/bin/python bench/bench_phases.py [SPEC] [--seconds 120] [--hooked]
+
+(default: ``measurement_specs/resnet50-b1.yaml``; torch's default threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from operator_db.config import get_settings
+from operator_db.devices.factory import open_device
+from operator_db.measure.allocator import retain_freed_memory
+from operator_db.measure.model_run import prepare_model_run
+from operator_db.measure.replay import Replay
+from operator_db.ops import build_op
+from operator_db.specs import load_spec, operator_key
+
+ROOT = Path(__file__).resolve().parent.parent
+CALLS = 3
+"""Calls of each target a round, median taken."""
+
+
+def _ms(call: Callable[[], object]) -> float:
+    start = time.perf_counter_ns()
+    call()
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def _leaf_module(run: Callable[[], object]) -> torch.nn.Module | None:
+    """Return the model that ``run`` (a closure of ``prepare_model_run``) calls, or None."""
+    for cell in run.__closure__ or ():
+        value = cell.cell_contents
+        if isinstance(value, torch.nn.Module):
+            return value
+        if callable(value) and getattr(value, "__closure__", None):
+            found = _leaf_module(value)
+            if found is not None:
+                return found
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec", nargs="?", default=str(ROOT / "measurement_specs/resnet50-b1.yaml"))
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--hooked", action="store_true")
+    args = parser.parse_args()
+    settings = get_settings()
+    retain_freed_memory()
+    device = open_device("cpu", settings=settings)
+    spec = load_spec(args.spec, max_bytes=settings.max_spec_bytes).spec
+    info = spec.model
+    keys = [operator_key(op, info.mode) for op in spec.operators]
+    built = {
+        k: build_op(op, seed=0)
+        for op, k in zip(spec.operators, keys, strict=True)
+        if op.form != "opaque"
+    }
+    model = prepare_model_run(
+        info.reference,
+        info.overrides,
+        info.mode,
+        info.dtype,
+        [t.model_dump() for t in info.inputs],
+        device=device.torch_device(),
+        seed=0,
+        stub={loc for op in spec.operators if op.form == "module" for loc in op.locations},
+    )
+    replay = Replay([(keys[i], built[keys[i]]) for i in spec.calls or [] if keys[i] in built])
+    op_of = {k: op.op.rsplit(".", 1)[-1] for op, k in zip(spec.operators, keys, strict=True)}
+    hollow = model.hollow or (lambda: None)
+    inside: defaultdict[str, int] = defaultdict(int)
+    starts: dict[int, int] = {}
+    leaves = []
+    net = _leaf_module(model.run) if args.hooked else None
+    if net is not None:
+        leaves = [m for m in net.modules() if not list(m.children())]
+
+    def pre(module: torch.nn.Module, _inputs: Any) -> None:
+        starts[id(module)] = time.perf_counter_ns()
+
+    def post(module: torch.nn.Module, _inputs: Any, _output: Any) -> None:
+        inside[type(module).__name__] += time.perf_counter_ns() - starts[id(module)]
+
+    threads = torch.get_num_threads()
+    rounds: list[tuple[float, float, float, dict[str, float], dict[str, float]]] = []
+    with torch.no_grad():
+        for _ in range(3):
+            model.run()
+            replay.untimed()
+            hollow()
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            model_ms = statistics.median(_ms(model.run) for _ in range(CALLS))
+            first = len(replay._passes)
+            for _ in range(CALLS):
+                replay()
+            passes = replay._passes[first:]
+            hollow_ms = statistics.median(_ms(hollow) for _ in range(CALLS))
+            types: defaultdict[str, float] = defaultdict(float)
+            for i, key in enumerate(replay._keys):
+                types[op_of[key]] += statistics.median(p[i] for p in passes) / 1e6
+            hooked: dict[str, float] = {}
+            if leaves:
+                handles = [
+                    h
+                    for m in leaves
+                    for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
+                ]
+                inside.clear()
+                for _ in range(CALLS):
+                    model.run()
+                for handle in handles:
+                    handle.remove()
+                hooked = {k: v / CALLS / 1e6 for k, v in inside.items()}
+            replay_ms = statistics.median(sum(p) / 1e6 for p in passes)
+            rounds.append((model_ms, replay_ms, hollow_ms, dict(types), hooked))
+        torch.set_num_threads(1)
+        one = statistics.median(_ms(model.run) for _ in range(CALLS))
+        torch.set_num_threads(threads)
+    device.close()
+    rounds.sort(key=lambda r: r[0])
+    print(
+        f"{info.name}: {len(rounds)} rounds of {CALLS} calls each, {threads} threads; the model "
+        f"at 1 thread after them {one:.1f} ms"
+    )
+    n = len(rounds)
+    for q in range(4):
+        part = rounds[q * n // 4 : (q + 1) * n // 4]
+        if not part:
+            continue
+        model_ms, replay_ms, hollow_ms = (statistics.mean(r[j] for r in part) for j in range(3))
+        types = {t: statistics.mean(r[3][t] for r in part) for t in part[0][3]}
+        line = " ".join(f"{t} {v:.2f}" for t, v in sorted(types.items(), key=lambda x: -x[1]))
+        print(
+            f"quarter {q + 1}: model {model_ms:.1f} ms, replay {replay_ms:.1f}, hollow "
+            f"{hollow_ms:.2f}, (replay + hollow) / model {(replay_ms + hollow_ms) / model_ms:.3f}"
+            f" | replay by type (ms): {line}"
+        )
+        if part[0][4]:
+            hooked = {t: statistics.mean(r[4].get(t, 0.0) for r in part) for t in part[0][4]}
+            line = " ".join(f"{t} {v:.2f}" for t, v in sorted(hooked.items(), key=lambda x: -x[1]))
+            print(f"           inside the model, hooked (ms): {line}")
+
+
+if __name__ == "__main__":
+    main()
