@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,10 @@ from operator_db.errors import DeviceError, MeasurementError
 
 FAST = DoctorOptions(window_s=0.05, period_timeout_s=1.0, overhead_block_s=0.002, overhead_pairs=3)
 """Windows of 50 ms and a few ms of sampler timing: the same checks, in well under a second."""
+AGREEING = dataclasses.replace(FAST, window_s=0.2)
+"""Windows of 200 ms (40 periods of the fake counter) where a test reads how counter and power
+agree: over 50 ms a loaded host moved the figure by 7.7 % (CI), past the doctor's ±5 % limit; 0
+of 25 runs did at 200 ms beside three busy processes on two cores."""
 
 
 def fake_settings(**fields: Any) -> Settings:
@@ -75,7 +80,7 @@ def test_fake_device_every_check_runs_and_passes(tmp_path: Path) -> None:
     engine = make_engine(url)
     upgrade(engine)
     engine.dispose()
-    report = run_doctor(fake_settings(), db_url=url, options=FAST)
+    report = run_doctor(fake_settings(), db_url=url, options=AGREEING)
     assert names(report) == [
         "torch",
         "backends",
@@ -102,7 +107,7 @@ def test_fake_device_every_check_runs_and_passes(tmp_path: Path) -> None:
     assert counter is not None and counter.data["update_period_s"] == pytest.approx(0.005, rel=0.3)
     idle = report.get("idle_power")
     assert idle is not None and idle.data["mean_power_w"] == pytest.approx(100.0, rel=0.05)
-    assert idle.data["duration_s"] >= 0.05
+    assert idle.data["duration_s"] >= 0.2
     for name in ("agreement_idle", "agreement_load"):
         row = report.get(name)
         assert row is not None and abs(row.data["disagreement"]) < 0.05, row
@@ -133,7 +138,7 @@ class _DisagreeingFake(FakeDevice):
 
 def test_counter_and_power_disagreeing_fails() -> None:
     with _DisagreeingFake(update_period_s=0.005) as device:
-        rows = device_checks(device, fake_settings(), FAST)
+        rows = device_checks(device, fake_settings(), AGREEING)
     by_name = {r.name: r for r in rows}
     for name in ("agreement_idle", "agreement_load"):
         row = by_name[name]
