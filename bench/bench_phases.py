@@ -10,7 +10,11 @@ the replay, and, with ``--hooked``, the same leaf module types timed inside the 
 hooks, in extra calls of the same round). After the rounds the model is timed at one thread:
 on the Zen 4 VM its speed held still while that of two threads moved. Run:
 
-    .venv/bin/python bench/bench_phases.py [SPEC] [--seconds 120] [--hooked]
+    .venv/bin/python bench/bench_phases.py [SPEC] [--seconds 120] [--hooked] [--positions ReLU]
+
+``--positions TYPE`` instead times every call of one leaf module type position by position, in
+the replay and inside the model (hooks, call order), and prints each position in the fastest
+quarter of the rounds and in the slower half.
 
 (default: ``measurement_specs/resnet50-b1.yaml``; torch's default threads).
 """
@@ -30,8 +34,8 @@ import torch
 from operator_db.config import get_settings
 from operator_db.devices.factory import open_device
 from operator_db.measure.allocator import retain_freed_memory
-from operator_db.measure.model_run import prepare_model_run
-from operator_db.measure.replay import Replay
+from operator_db.measure.model_run import ModelRun, prepare_model_run
+from operator_db.measure.replay import Replay, _first_tensor
 from operator_db.ops import build_op
 from operator_db.specs import load_spec, operator_key
 
@@ -59,11 +63,86 @@ def _leaf_module(run: Callable[[], object]) -> torch.nn.Module | None:
     return None
 
 
+def _replay_steps_us(replay: Replay) -> list[float]:
+    """Run one pass of ``replay`` as it runs one, timing every call: µs per position."""
+    last: torch.Tensor | None = None
+    spent = []
+    for _, built in replay._steps:
+        args = replay._arguments(built, last)
+        start = time.perf_counter_ns()
+        out = built.fn(*args, **built.kwargs)
+        spent.append((time.perf_counter_ns() - start) / 1e3)
+        last = _first_tensor(out)
+    return spent
+
+
+def positions(model: ModelRun, replay: Replay, names: list[str], kind: str, seconds: float) -> None:
+    """Print each call of module type ``kind`` in the replay and inside the model, µs."""
+    wanted = [j for j, name in enumerate(names) if name == kind]
+    net = _leaf_module(model.run)
+    modules = [] if net is None else [m for m in net.modules() if type(m).__name__ == kind]
+    starts: dict[int, int] = {}
+    seen: list[float] = []
+
+    def pre(module: torch.nn.Module, _inputs: Any) -> None:
+        starts[id(module)] = time.perf_counter_ns()
+
+    def post(module: torch.nn.Module, _inputs: Any, _output: Any) -> None:
+        seen.append((time.perf_counter_ns() - starts[id(module)]) / 1e3)
+
+    rounds: list[tuple[float, list[float], list[float]]] = []
+    with torch.no_grad():
+        for _ in range(3):
+            model.run()
+            _replay_steps_us(replay)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            model_ms = statistics.median(_ms(model.run) for _ in range(CALLS))
+            passes = [_replay_steps_us(replay) for _ in range(CALLS)]
+            handles = [
+                h
+                for m in modules
+                for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
+            ]
+            inside = []
+            for _ in range(CALLS):
+                seen.clear()
+                model.run()
+                inside.append(list(seen))
+            for handle in handles:
+                handle.remove()
+            rounds.append(
+                (
+                    model_ms,
+                    [statistics.median(p[j] for p in passes) for j in wanted],
+                    [statistics.median(c) for c in zip(*inside, strict=True)],
+                )
+            )
+    rounds.sort(key=lambda r: r[0])
+    fast, slow = rounds[: len(rounds) // 4], rounds[len(rounds) // 2 :]
+    print(
+        f"{len(rounds)} rounds; the model {statistics.mean(r[0] for r in fast):.1f} ms in the "
+        f"fastest quarter, {statistics.mean(r[0] for r in slow):.1f} in the slower half"
+    )
+    for j, step in enumerate(wanted):
+        if j >= len(rounds[0][2]):
+            break
+        first = replay._steps[step][1].args[0]
+        shape = "x".join(map(str, first.shape)) if isinstance(first, torch.Tensor) else "?"
+        cells = [statistics.mean(r[k][j] for r in part) for part in (fast, slow) for k in (1, 2)]
+        print(
+            f"{j:3d} {shape:16s} after {names[step - 1] if step else '-':18s} fastest: replay "
+            f"{cells[0]:7.1f} model {cells[1]:7.1f} | slower half: replay {cells[2]:7.1f} "
+            f"model {cells[3]:7.1f} µs"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", nargs="?", default=str(ROOT / "measurement_specs/resnet50-b1.yaml"))
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--hooked", action="store_true")
+    parser.add_argument("--positions", metavar="TYPE", default=None)
     args = parser.parse_args()
     settings = get_settings()
     retain_freed_memory()
@@ -88,6 +167,11 @@ def main() -> None:
     )
     replay = Replay([(keys[i], built[keys[i]]) for i in spec.calls or [] if keys[i] in built])
     op_of = {k: op.op.rsplit(".", 1)[-1] for op, k in zip(spec.operators, keys, strict=True)}
+    if args.positions:
+        names = [op_of[replay._keys[i]] for i, _ in replay._steps]
+        positions(model, replay, names, args.positions, args.seconds)
+        device.close()
+        return
     hollow = model.hollow or (lambda: None)
     inside: defaultdict[str, int] = defaultdict(int)
     starts: dict[int, int] = {}
