@@ -30,14 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_replay import build_spec
 
 from operator_db.config import get_settings
 from operator_db.devices.factory import open_device
 from operator_db.measure.allocator import retain_freed_memory
-from operator_db.measure.model_run import ModelRun, prepare_model_run
-from operator_db.measure.replay import Replay, _first_tensor
-from operator_db.ops import build_op
-from operator_db.specs import load_spec, operator_key
+from operator_db.measure.model_run import ModelRun
+from operator_db.measure.replay import Replay
+from operator_db.ops.build import BuiltOp
+from operator_db.specs import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS = 3
@@ -63,21 +64,35 @@ def _leaf_module(run: Callable[[], object]) -> torch.nn.Module | None:
     return None
 
 
-def _replay_steps_us(replay: Replay) -> list[float]:
-    """Run one pass of ``replay`` as it runs one, timing every call: µs per position."""
-    last: torch.Tensor | None = None
-    spent = []
-    for _, built in replay._steps:
-        args = replay._arguments(built, last)
-        start = time.perf_counter_ns()
-        out = built.fn(*args, **built.kwargs)
-        spent.append((time.perf_counter_ns() - start) / 1e3)
-        last = _first_tensor(out)
-    return spent
+class _Marks:
+    """A clock (ns) that keeps every reading.
+
+    A replay built on it reads it before and after each call, so a pass's readings give every
+    position's time.
+    """
+
+    def __init__(self) -> None:
+        self.readings: list[int] = []
+
+    def __call__(self) -> int:
+        now = time.perf_counter_ns()
+        self.readings.append(now)
+        return now
+
+    def pass_us(self, replay: Replay) -> list[float]:
+        """Run one pass of ``replay`` (built on this clock): µs per position."""
+        self.readings.clear()
+        replay()
+        marks = self.readings
+        return [(b - a) / 1e3 for a, b in zip(marks[::2], marks[1::2], strict=True)]
 
 
-def positions(model: ModelRun, replay: Replay, names: list[str], kind: str, seconds: float) -> None:
+def positions(
+    model: ModelRun, calls: list[tuple[str, BuiltOp]], names: list[str], kind: str, seconds: float
+) -> None:
     """Print each call of module type ``kind`` in the replay and inside the model, µs."""
+    marks = _Marks()
+    replay = Replay(calls, clock=marks)
     wanted = [j for j, name in enumerate(names) if name == kind]
     net = _leaf_module(model.run)
     modules = [] if net is None else [m for m in net.modules() if type(m).__name__ == kind]
@@ -94,11 +109,11 @@ def positions(model: ModelRun, replay: Replay, names: list[str], kind: str, seco
     with torch.no_grad():
         for _ in range(3):
             model.run()
-            _replay_steps_us(replay)
+            replay.untimed()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             model_ms = statistics.median(_ms(model.run) for _ in range(CALLS))
-            passes = [_replay_steps_us(replay) for _ in range(CALLS)]
+            passes = [marks.pass_us(replay) for _ in range(CALLS)]
             handles = [
                 h
                 for m in modules
@@ -127,7 +142,7 @@ def positions(model: ModelRun, replay: Replay, names: list[str], kind: str, seco
     for j, step in enumerate(wanted):
         if j >= len(rounds[0][2]):
             break
-        first = replay._steps[step][1].args[0]
+        first = calls[step][1].args[0]
         shape = "x".join(map(str, first.shape)) if isinstance(first, torch.Tensor) else "?"
         cells = [statistics.mean(r[k][j] for r in part) for part in (fast, slow) for k in (1, 2)]
         print(
@@ -149,29 +164,15 @@ def main() -> None:
     device = open_device("cpu", settings=settings)
     spec = load_spec(args.spec, max_bytes=settings.max_spec_bytes).spec
     info = spec.model
-    keys = [operator_key(op, info.mode) for op in spec.operators]
-    built = {
-        k: build_op(op, seed=0)
-        for op, k in zip(spec.operators, keys, strict=True)
-        if op.form != "opaque"
-    }
-    model = prepare_model_run(
-        info.reference,
-        info.overrides,
-        info.mode,
-        info.dtype,
-        [t.model_dump() for t in info.inputs],
-        device=device.torch_device(),
-        seed=0,
-        stub={loc for op in spec.operators if op.form == "module" for loc in op.locations},
-    )
-    replay = Replay([(keys[i], built[keys[i]]) for i in spec.calls or [] if keys[i] in built])
+    keys, built, model = build_spec(spec, device, seed=0)
+    calls = [(keys[i], built[keys[i]]) for i in spec.calls or [] if keys[i] in built]
     op_of = {k: op.op.rsplit(".", 1)[-1] for op, k in zip(spec.operators, keys, strict=True)}
     if args.positions:
-        names = [op_of[replay._keys[i]] for i, _ in replay._steps]
-        positions(model, replay, names, args.positions, args.seconds)
+        names = [op_of[key] for key, _ in calls]
+        positions(model, calls, names, args.positions, args.seconds)
         device.close()
         return
+    replay = Replay(calls)
     hollow = model.hollow or (lambda: None)
     inside: defaultdict[str, int] = defaultdict(int)
     starts: dict[int, int] = {}

@@ -26,10 +26,11 @@ from pathlib import Path
 import torch
 
 from operator_db.config import get_settings
+from operator_db.devices import Device
 from operator_db.devices.factory import open_device
 from operator_db.measure.allocator import retain_freed_memory
 from operator_db.measure.engine import Target, measure_interleaved, operator_min_time_s
-from operator_db.measure.model_run import prepare_model_run
+from operator_db.measure.model_run import ModelRun, prepare_model_run
 from operator_db.measure.replay import Replay
 from operator_db.ops import build_op
 from operator_db.ops.build import BuiltOp
@@ -65,6 +66,34 @@ def _compose(
     return total + (max(hollow_s - functional, 0.0) if hollow_s is not None else 0.0)
 
 
+def build_spec(
+    spec: Spec, device: Device, seed: int
+) -> tuple[list[str], dict[str, BuiltOp], ModelRun]:
+    """Return a spec's configuration keys, its measurable configurations built, and its model.
+
+    The keys follow the spec's operators; the model has the hollow run that stubs the modules
+    the spec records.
+    """
+    info = spec.model
+    keys = [operator_key(op, info.mode) for op in spec.operators]
+    built = {
+        key: build_op(op, seed=seed)
+        for op, key in zip(spec.operators, keys, strict=True)
+        if op.form != "opaque"
+    }
+    model = prepare_model_run(
+        info.reference,
+        info.overrides,
+        info.mode,
+        info.dtype,
+        [t.model_dump() for t in info.inputs],
+        device=device.torch_device(),
+        seed=seed,
+        stub={loc for op in spec.operators if op.form == "module" for loc in op.locations},
+    )
+    return keys, built, model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -93,22 +122,7 @@ def main() -> None:
             raise SystemExit(f"{path}: the spec has no call order (harvest it again)")
         info = spec.model
         names.append(info.name)
-        keys = [operator_key(op, info.mode) for op in spec.operators]
-        built: dict[str, BuiltOp] = {
-            key: build_op(op, seed=measure.seed)
-            for op, key in zip(spec.operators, keys, strict=True)
-            if op.form != "opaque"
-        }
-        model = prepare_model_run(
-            info.reference,
-            info.overrides,
-            info.mode,
-            info.dtype,
-            [t.model_dump() for t in info.inputs],
-            device=device.torch_device(),
-            seed=measure.seed,
-            stub={loc for op in spec.operators if op.form == "module" for loc in op.locations},
-        )
+        keys, built, model = build_spec(spec, device, measure.seed)
         calls = [(keys[i], built[keys[i]]) for i in spec.calls if keys[i] in built]
         replays = {
             label: Replay(calls, max_copy_bytes=copies, chain=chain)
