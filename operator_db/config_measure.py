@@ -258,6 +258,13 @@ class MeasureSettings(BaseModel):
         "and whole models alike reuse it, as the CUDA caching allocator does, instead of paying "
         "page faults for fresh output buffers (docs/measurement.md).",
     )
+    huge_pages: bool = Field(
+        default=True,
+        description="CPU: measuring commands start with glibc's heap on transparent huge pages "
+        "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1), so that a model and its operators' replay "
+        "pay alike for their pages (docs/measurement.md); read at the process's start, from "
+        "OPDB_MEASURE__HUGE_PAGES.",
+    )
 
     def energy_plan(self) -> EnergyPlan:
         """Return the energy windows these settings ask for: the method's defaults where unset."""

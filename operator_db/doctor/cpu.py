@@ -13,7 +13,7 @@ from operator_db.devices.base import Device
 from operator_db.devices.cpu import CpuDevice
 from operator_db.doctor.energy import counter_check
 from operator_db.doctor.report import Check, ok, warn
-from operator_db.measure.allocator import retain_freed_memory
+from operator_db.measure.allocator import huge_pages_state, retain_freed_memory
 from operator_db.measure.energy import energy_unavailable
 
 
@@ -101,9 +101,13 @@ def rapl_check(device: CpuDevice, timeout_s: float) -> Check:
 def allocator_check(settings: Settings) -> Check:
     """Keep freed memory in the process as the worker does, and say whether that worked.
 
-    warn: the setting is off, or glibc's mallopt refused; whole models then pay page faults that
-    operators timed alone do not (docs/measurement.md, "Host memory on the CPU").
+    The value also says whether a measuring command (``opdb worker``, ``measure``, ``demo``)
+    starts with its heap on huge pages, and the kernel's THP mode. warn: the setting is off, or
+    glibc's mallopt refused; whole models then pay page faults that operators timed alone do
+    not (docs/measurement.md, "Host memory on the CPU").
     """
+    from operator_db.cli.process_env import process_start_env
+
     if not settings.measure.retain_freed_memory:
         return warn(
             "allocator",
@@ -113,7 +117,8 @@ def allocator_check(settings: Settings) -> Check:
             "on unless you mean to measure that",
             retain_freed_memory=False,
         )
-    state = retain_freed_memory()
+    pages = huge_pages_state(process_start_env(dict(os.environ)))
+    state = f"{retain_freed_memory()}; measuring commands: {pages}"
     if state.startswith("unchanged"):
         return warn(
             "allocator",
@@ -123,7 +128,14 @@ def allocator_check(settings: Settings) -> Check:
             retain_freed_memory=True,
             state=state,
         )
-    return ok("allocator", "host allocator", state, retain_freed_memory=True, state=state)
+    return ok(
+        "allocator",
+        "host allocator",
+        state,
+        retain_freed_memory=True,
+        state=state,
+        huge_pages=pages.startswith("huge pages asked"),
+    )
 
 
 def measurable_check(device: Device, settings: Settings) -> Check:

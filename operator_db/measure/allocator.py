@@ -4,14 +4,19 @@ glibc gives freed memory back to the kernel (trim, and munmap of large blocks), 
 tensor lands on fresh pages and pays a page fault per 4 KiB page. An operator looped alone reuses
 its freed output block and never pays; a whole model, allocating many sizes, pays on most layers
 (ResNet-50 at batch 1: about 4,200 faults per forward on our CPU). Keeping freed memory in the
-process treats both alike, as PyTorch's caching allocator does on GPUs.
+process treats both alike, as PyTorch's caching allocator does on GPUs. Huge pages for the heap
+can only be asked for at a process's start (``operator_db/cli/process_env.py``); this module
+reports whether they were.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import Path
 
 _state = "default"
 
@@ -20,6 +25,8 @@ M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 """glibc's upper limit for M_MMAP_THRESHOLD on 64-bit systems, in bytes."""
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+"""The kernel's transparent huge page mode: ``always``, ``madvise`` or ``never`` in brackets."""
 
 
 @lru_cache(maxsize=1)
@@ -49,6 +56,21 @@ def retain_freed_memory() -> str:
     return _state
 
 
+def huge_pages_state(environ: Mapping[str, str] | None = None) -> str:
+    """Say whether glibc's heap was asked for transparent huge pages, and the kernel's THP mode.
+
+    ``environ``: the environment the process started with (default: this process's); a
+    measuring command asks at its start (``operator_db/cli/process_env.py``).
+    """
+    tunables = (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "")
+    asked = "glibc.malloc.hugetlb=1" in tunables or "glibc.malloc.hugetlb=2" in tunables
+    try:
+        mode = Path(THP_ENABLED).read_text().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        mode = "unknown"
+    return f"huge pages {'asked' if asked else 'not asked'} (THP {mode})"
+
+
 def allocator_state() -> str:
     """Say how this process's host allocator is set up (for measurement provenance)."""
-    return _state
+    return f"{_state}; {huge_pages_state()}"
