@@ -8,8 +8,8 @@ with glibc's heap on transparent huge pages (:data:`HUGE_PAGES`), which only a s
 
 from __future__ import annotations
 
-MEASURING_COMMANDS = frozenset({"demo", "measure", "worker", "study"})
-"""The ``opdb`` commands that measure in their own process."""
+MEASURING_COMMANDS = frozenset({"demo", "measure", "worker", "study", "doctor"})
+"""The ``opdb`` commands that measure in their own process (``doctor`` checks what they get)."""
 MEASURING_SUBCOMMANDS = frozenset({("llm", "measure"), ("llm", "run")})
 """The ``opdb`` group commands that measure in their own process."""
 PROCESS_START_ENV = {"MALLOC_TRIM_THRESHOLD_": str(16 * 2**30), "MALLOC_TOP_PAD_": str(2**28)}
@@ -32,9 +32,9 @@ the replay of the model's calls composed from 4 % below to 14 % above the model,
 every replay of a process (the same calls again, or over the model's own modules) alike, so
 what differs is the process's memory, not the replay. With the heap on 2 MiB pages, processes
 alternating with and without: +1.9, +4.7, −0.7, −1.2, +4.8 % against +7.4, +10.2, +5.4, −1.3,
-+5.7 %; in all, 9 of 12 processes within ±3 % with huge pages (one at +13.3 %), 5 of 18 without
-(docs/measurement.md, "Host memory on the CPU"). Older glibc ignores the tunable, and a kernel
-whose THP mode is ``never`` gives no huge pages."""
++5.7 %; in all, 12 of 21 processes within ±3 % with huge pages (−3.5 … +13.3 %), 5 of 16
+without (−3.1 … +14.4 %): better, not solved (docs/measurement.md, "Which process"). Older
+glibc ignores the tunable, and a kernel whose THP mode is ``never`` gives no huge pages."""
 
 
 def _off(environ: dict[str, str], name: str) -> bool:

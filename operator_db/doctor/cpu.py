@@ -101,13 +101,12 @@ def rapl_check(device: CpuDevice, timeout_s: float) -> Check:
 def allocator_check(settings: Settings) -> Check:
     """Keep freed memory in the process as the worker does, and say whether that worked.
 
-    The value also says whether a measuring command (``opdb worker``, ``measure``, ``demo``)
-    starts with its heap on huge pages, and the kernel's THP mode. warn: the setting is off, or
-    glibc's mallopt refused; whole models then pay page faults that operators timed alone do
-    not (docs/measurement.md, "Host memory on the CPU").
+    The value also says whether this process started with its heap on huge pages, and the
+    kernel's THP mode: ``opdb doctor`` starts as the measuring commands do
+    (``operator_db/cli/process_env.py``). warn: the setting is off, or glibc's mallopt refused;
+    whole models then pay page faults that operators timed alone do not (docs/measurement.md,
+    "Host memory on the CPU").
     """
-    from operator_db.cli.process_env import process_start_env
-
     if not settings.measure.retain_freed_memory:
         return warn(
             "allocator",
@@ -117,8 +116,8 @@ def allocator_check(settings: Settings) -> Check:
             "on unless you mean to measure that",
             retain_freed_memory=False,
         )
-    pages = huge_pages_state(process_start_env(dict(os.environ)))
-    state = f"{retain_freed_memory()}; measuring commands: {pages}"
+    pages = huge_pages_state()
+    state = f"{retain_freed_memory()}; {pages}"
     if state.startswith("unchanged"):
         return warn(
             "allocator",

@@ -19,6 +19,7 @@ def test_only_measuring_commands_started_from_a_file_without_the_settings() -> N
     assert all(env[k] == v for k, v in PROCESS_START_ENV.items())
     assert env["GLIBC_TUNABLES"] == HUGE_PAGES
     assert start_env([SCRIPT, "models", "list"], {}) is None  # does not measure
+    assert start_env([SCRIPT, "doctor"], {}) is not None  # checks what measuring commands get
     assert start_env(["opdb", "measure", "m"], {}) is None  # not a file: an embedding program
     set_already = {**PROCESS_START_ENV, "GLIBC_TUNABLES": HUGE_PAGES}
     assert start_env([SCRIPT, "worker"], set_already) is None

@@ -132,21 +132,22 @@ def test_threads_more_than_usable_cpus_warn() -> None:
 
 
 def test_allocator_setting_off_warns(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPDB_MEASURE__HUGE_PAGES", raising=False)
-    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     row = allocator_check(Settings(measure=MeasureSettings(retain_freed_memory=False)))
     assert row.status == "warn" and "RETAIN_FREED_MEMORY=false" in row.value
     row = allocator_check(Settings())
     assert row.status in ("ok", "warn")  # warn only where the C library is not glibc
     assert row.data["state"] == row.value
-    assert "measuring commands: huge pages asked" in row.value and row.data["huge_pages"]
 
 
-def test_allocator_says_when_measuring_commands_get_no_huge_pages(
+def test_allocator_says_whether_the_process_started_with_huge_pages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("OPDB_MEASURE__HUGE_PAGES", "false")
-    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    """``opdb doctor`` starts as a measuring command does; the check reads its own start."""
+    from operator_db.cli.process_env import HUGE_PAGES
+
+    monkeypatch.setenv("GLIBC_TUNABLES", HUGE_PAGES)
     row = allocator_check(Settings())
-    assert "measuring commands: huge pages not asked" in row.value
-    assert row.data["huge_pages"] is False
+    assert "; huge pages asked (THP " in row.value and row.data["huge_pages"] is True
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    row = allocator_check(Settings())
+    assert "; huge pages not asked (THP " in row.value and row.data["huge_pages"] is False
