@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -56,13 +55,12 @@ def retain_freed_memory() -> str:
     return _state
 
 
-def huge_pages_state(environ: Mapping[str, str] | None = None) -> str:
-    """Say whether glibc's heap was asked for transparent huge pages, and the kernel's THP mode.
+def huge_pages_state() -> str:
+    """Say whether this process's glibc heap was asked for huge pages, and the kernel's THP mode.
 
-    ``environ``: the environment the process started with (default: this process's); a
-    measuring command asks at its start (``operator_db/cli/process_env.py``).
+    A measuring command asks at its start (``operator_db/cli/process_env.py``).
     """
-    tunables = (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "")
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
     asked = "glibc.malloc.hugetlb=1" in tunables or "glibc.malloc.hugetlb=2" in tunables
     try:
         mode = Path(THP_ENABLED).read_text().split("[", 1)[1].split("]", 1)[0]

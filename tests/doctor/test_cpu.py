@@ -131,7 +131,7 @@ def test_threads_more_than_usable_cpus_warn() -> None:
     )
 
 
-def test_allocator_setting_off_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allocator_setting_off_warns() -> None:
     row = allocator_check(Settings(measure=MeasureSettings(retain_freed_memory=False)))
     assert row.status == "warn" and "RETAIN_FREED_MEMORY=false" in row.value
     row = allocator_check(Settings())
