@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -28,6 +30,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.settings = chosen
+        loop = type(asyncio.get_running_loop())
+        logging.getLogger("uvicorn.error").info("event loop: %s.%s", loop.__module__, loop.__name__)
         # A request holds one slot from before its session opens until after it closes, so that
         # no thread ever waits for a pooled connection (see api.deps.session_slot).
         app.state.session_slots = anyio.Semaphore(chosen.api_concurrency)

@@ -260,6 +260,7 @@ def server_config(
         body_timeout_s=settings.api_body_timeout_s,
         max_connections=cap,
         timeout_keep_alive=settings.api_keep_alive_s,
+        loop=settings.api_event_loop,
         # X-Forwarded-For and -Proto believed from the configured proxies only (uvicorn's own
         # default believes 127.0.0.1, so anyone on the host could pick their address)
         proxy_headers=bool(settings.api_forwarded_allow_ips),

@@ -12,7 +12,8 @@ off, so that the figures' own cost is what is measured) and prints:
 - the server's peak RSS while ``--clients`` clients ask for rooflines at once (every model, kind
   and format in turn; target < 600 MB), and their latency.
 
-Run (raises its own open files limit to the hard one):
+Run (raises its own open files limit to the hard one; ``--env OPDB_API_EVENT_LOOP=asyncio``
+serves on asyncio's own loop instead of uvloop):
 
     .venv/bin/python bench/bench_dos.py [--slow 20000] [--methods 10000] [--clients 40]
 """
@@ -228,7 +229,11 @@ def main() -> None:
         server, base = serve(url, log, args.env)
         try:
             pid = server.pid
-            print(f"server RSS at start {_rss_mb(pid, 'VmRSS'):.0f} MB")
+            loop = next(
+                (line for line in log.read_text().splitlines() if "event loop:" in line), "?"
+            )
+            rss = _rss_mb(pid, "VmRSS")
+            print(f"server RSS at start {rss:.0f} MB; event loop {loop.split(': ')[-1]}")
             figures = [(MODEL, KINDS[0])] + [(NS_MODEL, k) for k in NS_KINDS]
             paths = [
                 f"/models/{m}/roofline?device_kind={k}&format={f}"

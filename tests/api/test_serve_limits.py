@@ -26,12 +26,13 @@ def serving(tmp_path: Path, settings: dict[str, str]) -> Iterator[tuple[str, int
     """A real ``opdb serve`` on SQLite with ``settings`` (OPDB_ variables): its host and port."""
     port = _free_port()
     env = {**os.environ, "OPDB_DATABASE_URL": f"sqlite:///{tmp_path}/served.sqlite", **settings}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "operator_db", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with (tmp_path / "serve.log").open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "operator_db", "serve", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
     try:
         _wait_for_health(server, f"http://127.0.0.1:{port}")
         yield "127.0.0.1", port
@@ -40,12 +41,23 @@ def serving(tmp_path: Path, settings: dict[str, str]) -> Iterator[tuple[str, int
         server.wait(timeout=20)
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """A server with a 1 s head timeout and room for 16 connections: its host and port."""
-    with serving(
-        tmp_path, {"OPDB_API_HEADER_TIMEOUT_S": "1", "OPDB_API_MAX_CONNECTIONS": "16"}
-    ) as where:
+LOOPS = {"uvloop": "event loop: uvloop.Loop", "asyncio": "event loop: asyncio.unix_events."}
+"""Each event loop ``opdb serve`` can run on, and the start of what its log says of it."""
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    """A server with a 1 s head timeout and room for 16 connections: its host and port.
+
+    Once on each event loop: the guarded protocol keeps its limits on both.
+    """
+    settings = {
+        "OPDB_API_HEADER_TIMEOUT_S": "1",
+        "OPDB_API_MAX_CONNECTIONS": "16",
+        "OPDB_API_EVENT_LOOP": request.param,
+    }
+    with serving(tmp_path, settings) as where:
+        assert LOOPS[request.param] in (tmp_path / "serve.log").read_text()
         yield where
 
 
