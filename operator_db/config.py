@@ -208,7 +208,7 @@ class Settings(BaseSettings):
         description="The server's event loop: uvloop (libuv, in C) where it is installed (auto; "
         "a dependency on Linux and macOS), else asyncio's own. Under 20,000 connections sending "
         "their heads slowly, /health's p95 was 24-76 ms with uvloop and 130-470 ms with asyncio "
-        "(docs/api.md, \"Limits\").",
+        '(docs/api.md, "Limits").',
     )
     api_max_requests: int = Field(
         default=256,
