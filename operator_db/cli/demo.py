@@ -67,7 +67,7 @@ def demo(
     from operator_db.db.ingest import ingest_specs
     from operator_db.devices.factory import open_device
     from operator_db.harvest import harvest, parse_input
-    from operator_db.report import build_report
+    from operator_db.report import build_reports
     from operator_db.study.run import plan, run_study
     from operator_db.study.sets import get_set
 
@@ -125,8 +125,5 @@ def demo(
         )
         names += [o.item.name for o in studied.outcomes if o.status != "failed"]
     with open_store(db) as store, store.transaction(read_only=True) as session:
-        for fmt in ("md", "html"):
-            path = build_report(
-                session, out / "report", fmt=fmt, models=names, source=store.display_url
-            )
+        for path in build_reports(session, out / "report", models=names, source=store.display_url):
             console.print(f"wrote {path}")

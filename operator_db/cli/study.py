@@ -96,7 +96,7 @@ def study(
     """
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
-    from operator_db.report import build_report
+    from operator_db.report import build_reports
     from operator_db.study.run import plan
     from operator_db.study.sets import get_set
 
@@ -127,10 +127,9 @@ def study(
                 )
                 names = [o.item.name for o in result.outcomes if o.status != "failed"]
         with store.transaction(read_only=True) as session:
-            for fmt in ("md", "html"):
-                path = build_report(
-                    session, out / "report", fmt=fmt, models=names, source=store.display_url
-                )
+            for path in build_reports(
+                session, out / "report", models=names, source=store.display_url
+            ):
                 console.print(f"wrote {path}")
 
 

@@ -1,7 +1,8 @@
 """The study report: runs, complexity, batch, correlation, roofline, backward and layer studies.
 
-:func:`build_report` writes ``report.md`` (or ``report.html``), its PNG plots (:mod:`.plots`) and
-every study table in full as CSV into one folder. docs/report.md describes each section.
+:func:`build_reports` writes ``report.md`` and ``report.html`` (:func:`build_report` one of them),
+their PNG plots (:mod:`.plots`) and every study table in full as CSV into one folder.
+docs/report.md describes each section.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "PLOT_PATTERNS",
     "TABLE_FILES",
     "build_report",
+    "build_reports",
     "markdown_table",
     "new_figure",
     "plot_batch",
@@ -93,8 +95,35 @@ def build_report(
 ) -> Path:
     """Write the study report into ``out_dir`` and return the path of ``report.md``/``.html``.
 
-    The folder receives the report, its PNG plots (``PLOT_FILES`` and ``PLOT_PATTERNS``; stale
-    ones are removed) and every study table in full as CSV (``TABLE_FILES``). ``device_kinds``
+    As :func:`build_reports` with the one format ``fmt``.
+    """
+    (path,) = build_reports(
+        session,
+        out_dir,
+        formats=(fmt,),
+        device_kinds=device_kinds,
+        models=models,
+        source=source,
+        now=now,
+    )
+    return path
+
+
+def build_reports(
+    session: Session,
+    out_dir: Path,
+    *,
+    formats: Sequence[ReportFormat] = ("md", "html"),
+    device_kinds: list[str] | None = None,
+    models: Sequence[str] | None = None,
+    source: str | None = None,
+    now: datetime | None = None,
+) -> list[Path]:
+    """Write the study report into ``out_dir`` in each of ``formats``; return their paths.
+
+    The folder receives the reports (``report.md``, ``report.html``), their PNG plots
+    (``PLOT_FILES`` and ``PLOT_PATTERNS``; stale ones are removed) and every study table in full
+    as CSV (``TABLE_FILES``), each computed and drawn once for all the formats. ``device_kinds``
     restricts the studies to those kinds (default: all); ``models`` to those models (default:
     all: a study reports its own); ``source`` names the database in the header (default: the
     session's URL, password masked). A database without any measured model still gives a report
@@ -102,10 +131,12 @@ def build_report(
 
     Raises:
         NotFoundError: a named device kind or model does not exist.
-        OperatorDBError: matplotlib is not installed (and there is something to plot).
+        OperatorDBError: an unknown format, or matplotlib is not installed (and there is
+            something to plot).
     """
-    if fmt not in ("md", "html"):
-        raise OperatorDBError(f"unknown report format {fmt!r}: use md or html")
+    unknown = [f for f in formats if f not in ("md", "html")]
+    if unknown or not formats:
+        raise OperatorDBError(f"unknown report format {unknown or formats!r}: use md or html")
     chosen = None if models is None else list(models)
     kinds = queries.device_kinds(session, device_kinds)
     runs = analysis.run_matrix(session, device_kinds=device_kinds, models=chosen)
@@ -190,6 +221,9 @@ def build_report(
     predicted.to_csv(out_dir / "predictions.csv", index=False)
     llms.to_csv(out_dir / "llms.csv", index=False)
 
-    path = out_dir / f"report.{fmt}"
-    path.write_text(doc.markdown() if fmt == "md" else doc.html(), encoding="utf-8")
-    return path
+    paths = []
+    for fmt in dict.fromkeys(formats):
+        path = out_dir / f"report.{fmt}"
+        path.write_text(doc.markdown() if fmt == "md" else doc.html(), encoding="utf-8")
+        paths.append(path)
+    return paths

@@ -76,6 +76,33 @@ def test_markdown_report(store: Store, tmp_path: Path) -> None:
     assert len(pd.read_csv(out / "models.csv")) == 6
 
 
+def test_both_formats_from_one_computation(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`opdb demo` and `opdb study` write md and html: the studies and plots are made once."""
+    from matplotlib.figure import Figure
+
+    seed(store)
+    saved: list[str] = []
+    save = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, path, **kw: (saved.append(str(path)), save(fig, path, **kw))
+    )
+    with store.transaction(read_only=True) as session:
+        md = rep.build_report(session, tmp_path / "one", now=NOW)
+        html = rep.build_report(session, tmp_path / "one", fmt="html", now=NOW)
+        alone = len(saved)
+        both = rep.build_reports(session, tmp_path / "both", now=NOW)
+        with pytest.raises(OperatorDBError, match="unknown report format"):
+            rep.build_reports(session, tmp_path / "x", formats=("md", "pdf"))  # type: ignore[arg-type]
+    assert both == [tmp_path / "both" / "report.md", tmp_path / "both" / "report.html"]
+    assert alone > 0 and len(saved) - alone == alone // 2  # each plot drawn once, not twice
+    for one, two in zip((md, html), both, strict=True):
+        assert two.read_text() == one.read_text().replace(
+            str(tmp_path / "one"), str(tmp_path / "both")
+        )
+
+
 def test_html_report_for_one_kind(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
