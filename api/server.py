@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import resource
@@ -37,6 +38,7 @@ from uvicorn.server import ServerState
 
 from api.security import HEADERS
 from operator_db.config import Settings, get_settings
+from operator_db.errors import OperatorDBError
 
 APP = "api.app:create_app"
 RESERVED_FILES = 256
@@ -247,8 +249,16 @@ def server_config(
     """Return the server's configuration for ``opdb serve`` with the limits of ``settings``.
 
     Raises the open files limit first (each worker process inherits it).
+
+    Raises:
+        OperatorDBError: uvloop is asked for and not installed.
     """
     settings = settings or get_settings()
+    if settings.api_event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise OperatorDBError(
+            "OPDB_API_EVENT_LOOP=uvloop, but uvloop is not installed (pip install uvloop); "
+            "auto takes it where it is, asyncio otherwise"
+        )
     cap = connection_cap(settings.api_max_connections, raise_open_files_limit())
     return ServerConfig(
         APP,

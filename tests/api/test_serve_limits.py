@@ -152,3 +152,24 @@ def test_the_open_files_limit_is_raised_and_bounds_the_cap() -> None:
     assert connection_cap(4096, 1 << 20) == 4096
     assert connection_cap(4096, 1024) == 16  # less than the backlog: the least cap
     assert connection_cap(100_000, 20_000) == 20_000 - 2048 - 256
+
+
+def test_the_event_loop_setting_reaches_uvicorn_and_a_missing_uvloop_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from api.server import server_config
+    from operator_db.config import Settings
+    from operator_db.errors import OperatorDBError
+
+    for loop in ("auto", "uvloop", "asyncio"):
+        config = server_config("127.0.0.1", 0, 1, settings=Settings(api_event_loop=loop))
+        assert config.loop == loop
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "uvloop" else find_spec(name)
+    )
+    with pytest.raises(OperatorDBError, match=r"uvloop is not installed \(pip install uvloop\)"):
+        server_config("127.0.0.1", 0, 1, settings=Settings(api_event_loop="uvloop"))
+    assert server_config("127.0.0.1", 0, 1, settings=Settings()).loop == "auto"
