@@ -17,7 +17,8 @@ turn the attack away from everyone. :class:`GuardedH11Protocol` (uvicorn's h11 p
   between requests), the cheapest to lose; where every connection is serving a request, the new
   one gets a 503.
 
-Its own answers (408, 503) carry the security headers every answer of the app carries.
+Its own answers (408, 503, and the 400 for a request that cannot be parsed) carry the security
+headers every answer of the app carries.
 """
 
 from __future__ import annotations
@@ -158,6 +159,16 @@ class GuardedH11Protocol(H11Protocol):
             self._wait_for_body()
         else:
             self._stop_waiting()
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer a request h11 cannot parse with a problem document, then close.
+
+        It carries the security headers as every answer does (uvicorn's own was plain text
+        without them).
+        """
+        self._stop_waiting()
+        self.transport.write(_problem(400, "Bad Request", msg, "BadRequest"))
+        self.transport.close()
 
     def on_response_complete(self) -> None:
         """Between requests the connection may be closed for a newer one (keep-alive timer runs).

@@ -8,13 +8,14 @@ the API's reference rendered from its OpenAPI document (``api.ui.reference``).
 
 from typing import Any
 
-from api.ui import pages, reference
+from api.ui import errors, pages, reference
 from api.ui.pages import router
 
 
 def install(app: Any) -> None:
     """Mount the pages, their assets and the API's reference on ``app``."""
     pages.install(app)
+    errors.install(app)
     reference.install(app)
 
 

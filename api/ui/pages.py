@@ -26,7 +26,6 @@ from api.deps import (
     token_right,
 )
 from api.limits import EXPENSIVE, login_limited
-from api.problems import http_status
 from api.routes import configs, devices, jobs, llms, models
 from api.routes.common import Name, Offset
 from api.routes.jobs import JobId
@@ -40,7 +39,7 @@ from api.ui.svg import compare_svg, lines_svg, time_series_svg
 from operator_db.config import Settings
 from operator_db.db import queries, queue
 from operator_db.db.models import JOB_STATUSES
-from operator_db.errors import InvalidInputError, NotFoundError, OperatorDBError
+from operator_db.errors import InvalidInputError, NotFoundError
 
 HERE = Path(__file__).resolve().parent
 JOBS_PAGE = 100
@@ -94,15 +93,6 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
     signed_in = COOKIE in request.cookies  # offers the sign-out
     html = templates.get_template(name).render(request=request, signed_in=signed_in, **context)
     return HTMLResponse(html, status_code=status_code)
-
-
-def error_page(request: Request, exc: OperatorDBError) -> HTMLResponse:
-    """Render an error of the library as a page with the status the API would answer.
-
-    ``install`` makes it the answer to any such error a page raises.
-    """
-    code = http_status(exc)
-    return render(request, "error.html", status_code=code, code=code, message=str(exc))
 
 
 @pages.get("/", response_class=HTMLResponse)
@@ -466,9 +456,7 @@ router.include_router(pages)
 def install(app: Any) -> None:
     """Mount the pages and their assets on ``app``.
 
-    A page that needs a token redirects to the login; an error of the library on an HTML page is
-    an error page (elsewhere, the roofline's SVG included, still the API's problem document,
-    ``api.problems``).
+    A page that needs a token redirects to the login (its errors: ``api.ui.errors``).
     """
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
@@ -480,15 +468,5 @@ def install(app: Any) -> None:
     async def _slash() -> Response:
         return RedirectResponse("/ui/", status_code=308)
 
-    problem = app.exception_handlers[OperatorDBError]
-
-    async def _error(request: Request, exc: Exception) -> Response:
-        route = request.scope.get("route")
-        page = route in pages.routes and getattr(route, "response_class", None) is HTMLResponse
-        if page and isinstance(exc, OperatorDBError):
-            return error_page(request, exc)
-        return cast(Response, await problem(request, exc))
-
     app.add_exception_handler(LoginRequiredError, _login)
-    app.add_exception_handler(OperatorDBError, _error)
     app.add_api_route("/ui", _slash, include_in_schema=False)

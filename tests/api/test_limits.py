@@ -202,7 +202,12 @@ def test_sign_ins_are_throttled(db_url: str) -> None:
             c.post("/ui/login", data={"token": "guess"}, follow_redirects=False).status_code
             for _ in range(LOGIN_BURST + 1)
         ]
+        throttled = c.post("/ui/login", data={"token": "guess"}, follow_redirects=False)
     assert codes[:LOGIN_BURST] != [429] * LOGIN_BURST and codes[-1] == 429
+    # the sign-in form is a browser's: the refusal is a page that says when to try again
+    assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) >= 1
+    assert throttled.headers["content-type"].startswith("text/html")
+    assert "too many sign-ins" in throttled.text
 
 
 def test_forwarded_headers_are_believed_from_configured_proxies_only() -> None:

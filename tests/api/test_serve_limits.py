@@ -103,6 +103,19 @@ def _response(sock: socket.socket) -> bytes:
     return head
 
 
+def test_a_request_that_cannot_be_parsed_is_a_400_problem_with_the_security_headers(
+    served: tuple[str, int],
+) -> None:
+    """uvicorn's own 400 was plain text, without the headers every other answer carries."""
+    with socket.create_connection(served) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nNo colon here\r\n\r\n")
+        answer = _answer(sock, 10)
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 400 ") and b"application/problem+json" in head
+    assert b"content-security-policy: " in head and b"x-frame-options: DENY" in head
+    assert b'"status":400' in body
+
+
 def test_a_kept_alive_connection_is_timed_on_its_next_head(served: tuple[str, int]) -> None:
     with socket.create_connection(served) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
