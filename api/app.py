@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 
 from api import limits, metrics, openapi, problems, ui
 from api.bodies import BodyGuard
-from api.deps import SchemaCheck, refuse_nul
+from api.deps import FIGURE_TURNS, SchemaCheck, refuse_nul
 from api.retry import RetryRead
 from api.routes import router
 from api.security import AllowedHosts, SecurityHeaders
@@ -35,6 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # A request holds one slot from before its session opens until after it closes, so that
         # no thread ever waits for a pooled connection (see api.deps.session_slot).
         app.state.session_slots = anyio.Semaphore(chosen.api_concurrency)
+        app.state.figure_turns = anyio.Semaphore(FIGURE_TURNS)  # taken before a slot
         app.state.schema = SchemaCheck()
         try:
             store = Store.from_settings(chosen)

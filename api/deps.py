@@ -106,6 +106,24 @@ async def session_slot(request: Request) -> AsyncIterator[None]:
 
 Slot = Annotated[None, Depends(session_slot, scope="function")]
 
+FIGURE_TURNS = 2
+"""Requests for a drawn figure (a roofline) that may hold a session slot at once, per process."""
+
+
+async def figure_turn(request: Request) -> AsyncIterator[None]:
+    """Wait for one of the process's ``FIGURE_TURNS`` turns to draw, before the session's slot.
+
+    A figure is drawn one at a time (``api.figures``): the requests waiting for it held their
+    session slots meanwhile, so a burst of distinct figures held every slot and a plain
+    ``/models`` waited seconds for one. Waiting here, in the event loop, they hold none.
+    """
+    async with request.app.state.figure_turns:
+        yield
+
+
+FIGURE_TURN = Depends(figure_turn, scope="function")
+"""A route dependency that draws a figure (listed before its session)."""
+
 
 def get_session(store: Annotated[Store, Depends(get_store)], _slot: Slot) -> Iterator[Session]:
     """Yield a write session; one request is one transaction, committed when the route returns.

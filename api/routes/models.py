@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Response, status
 from sqlalchemy.orm import Session
 
-from api.deps import ReadSessionDep, SessionDep, get_settings_dep
+from api.deps import FIGURE_TURN, ReadSessionDep, SessionDep, get_settings_dep
 from api.figures import FIGURES
 from api.limits import EXPENSIVE
 from api.routes.common import READ, WRITE, Limit, Name, Offset
@@ -270,7 +270,7 @@ def get_comparison(name: str, session: ReadSessionDep) -> CompareOut:
 @router.get(
     "/models/{name}/roofline",
     tags=["estimates"],
-    dependencies=EXPENSIVE,
+    dependencies=[*EXPENSIVE, FIGURE_TURN],
     response_class=Response,
     responses={
         200: {

@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from api.deps import (
+    FIGURE_TURN,
     Credentials,
     ReadSessionDep,
     SessionDep,
@@ -300,7 +301,7 @@ def llm_page(
     )
 
 
-@pages.get("/models/{name}/roofline.svg", dependencies=EXPENSIVE)
+@pages.get("/models/{name}/roofline.svg", dependencies=[*EXPENSIVE, FIGURE_TURN])
 def roofline(name: str, session: ReadSessionDep, device_kind: Name) -> Response:
     """Draw the model on the kind's roofline, as the API does (SVG)."""
     return models.get_roofline(name, session, device_kind, fmt="svg")

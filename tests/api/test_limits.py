@@ -74,6 +74,42 @@ def test_concurrent_requests_for_a_roofline_draw_it_once(client: TestClient, db_
     assert codes == [200] * 8 and FIGURES.drawn == drawn + 1
 
 
+def test_requests_waiting_for_a_figure_leave_session_slots_to_the_others(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests waiting for the one roofline being drawn held every session slot: a plain
+    /models took 2.5-5.5 s. At most FIGURE_TURNS of them hold a slot now."""
+    import api.routes.models as routes
+
+    drawing, release = threading.Event(), threading.Event()
+
+    class Slow:
+        def render(self, fmt: str) -> bytes:
+            drawing.set()
+            assert release.wait(30)
+            return b"<svg/>"
+
+    monkeypatch.setattr(routes, "model_roofline", lambda *args: Slow())
+    settings = Settings(database_url=db_url, api_token=SecretStr(TOKEN), api_concurrency=3)
+    with TestClient(create_app(settings)) as c, ThreadPoolExecutor(9) as pool:
+        spec = (EXAMPLE_SPECS / f"{MODEL}.yaml").read_text()
+        assert c.post("/specs", params={"name": MODEL}, content=spec, headers=AUTH).is_success
+        measure_everything(db_url, H100)
+        figures = [
+            pool.submit(c.get, ROOFLINE, params={"device_kind": H100, "format": fmt})
+            for fmt in ("svg", "png") * 4
+        ]
+        assert drawing.wait(10)
+        time.sleep(0.5)  # the other seven reach their waits
+        start = time.monotonic()
+        listed = pool.submit(c.get, "/models").result(timeout=10)
+        waited = time.monotonic() - start
+        release.set()
+        codes = [f.result(timeout=30).status_code for f in figures]
+    assert listed.status_code == 200 and waited < 5
+    assert codes == [200] * 8
+
+
 def test_the_figure_cache_draws_one_at_a_time_and_stays_bounded() -> None:
     cache = FigureCache(entries=3, max_bytes=10)
     busy = threading.Event()
