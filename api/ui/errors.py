@@ -23,8 +23,12 @@ def error_page(request: Request, exc: OperatorDBError) -> HTMLResponse:
 
     :func:`install` makes it the answer to any such error a page or a form raises.
     """
-    code = http_status(exc)
-    return render(request, "error.html", status_code=code, code=code, message=str(exc))
+    return _page(request, http_status(exc), str(exc))
+
+
+def _page(request: Request, code: int, message: str) -> HTMLResponse:
+    """Render the error page: ``code`` (the HTTP status it is answered with) and ``message``."""
+    return render(request, "error.html", status_code=code, code=code, message=message)
 
 
 def _form(request: Request) -> bool:
@@ -60,9 +64,7 @@ def install(app: Any) -> None:
     async def _http_error(request: Request, exc: Exception) -> Response:
         answer = cast(Response, await http_problem(request, exc))
         if _form(request) and isinstance(exc, StarletteHTTPException):  # a throttled sign-in
-            code = exc.status_code
-            page = render(request, "error.html", status_code=code, code=code, message=exc.detail)
-            return _shown(answer, page)
+            return _shown(answer, _page(request, exc.status_code, exc.detail))
         return answer
 
     app.add_exception_handler(OperatorDBError, _error)
