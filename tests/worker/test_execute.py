@@ -107,6 +107,8 @@ def test_an_operator_job_times_the_operator_for_the_minimum_time(store: Store) -
         rows = session.scalars(select(Measurement)).all()
     assert len(rows) == 3
     for row in rows:
-        # Stretched from 5 blocks of about a millisecond to 0.2 s on the clock.
-        assert row.blocks > 5 * settings.blocks
+        # Stretched beyond the 5 fixed blocks to 0.2 s on the clock. How many blocks that takes
+        # depends on how fast the calls ran after the warm-up sized them: on a loaded CI host
+        # 23 blocks of ~9 ms did it, where 0.002 s blocks would have taken 100.
+        assert row.blocks > settings.blocks
         assert sum(row.raw["timings"][0]["block_s"]) >= 0.2
