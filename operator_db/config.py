@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from operator_db.config_env import environment_values
 from operator_db.config_measure import ENERGY_PLANS, EnergyPlan, MeasureSettings
+from operator_db.errors import ConfigurationError
 
 __all__ = [
     "ENERGY_PLANS",
@@ -58,16 +67,25 @@ def default_database_url() -> str:
     return f"sqlite:///{path}"
 
 
-class Settings(BaseSettings):
-    """All tunables of operator-db; each field is read from ``OPDB_<FIELD>``."""
+ENV_PREFIX = "OPDB_"
+"""The prefix of the settings' environment variables: ``OPDB_<FIELD>``, ``OPDB_<FIELD>__<SUB>``."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="OPDB_",
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-        env_nested_delimiter="__",
-    )
+
+class Settings(BaseModel):
+    """All tunables of operator-db; each field is read from ``OPDB_<FIELD>``.
+
+    Values given to the constructor win over the environment, which wins over a ``.env`` file in
+    the working directory (``_env_file`` names another, or None for none);
+    :mod:`operator_db.config_env` reads them.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    def __init__(self, _env_file: Path | str | None = Path(".env"), **values: Any) -> None:
+        """Validate ``values`` over the ``OPDB_`` variables (and ``_env_file``'s)."""
+        env_file = None if _env_file is None else Path(_env_file)
+        found = environment_values(type(self), prefix=ENV_PREFIX, env_file=env_file)
+        super().__init__(**{**found, **values})
 
     database_url: str = Field(
         default_factory=default_database_url,
@@ -318,8 +336,24 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """Return the process-wide settings, read once on first call."""
-    return Settings()
+    """Return the process-wide settings, read once on first call.
+
+    Raises:
+        ConfigurationError: a variable's value is not one its setting takes (one line naming
+            the variable and why).
+    """
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if not first["loc"]:  # a rule between settings: its message names them
+            raise ConfigurationError(message) from None
+        where = ENV_PREFIX + "__".join(str(part) for part in first["loc"]).upper()
+        given = f" (given {first['input']!r})" if isinstance(first.get("input"), str) else ""
+        raise ConfigurationError(f"{where}: {message}{given}") from None
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 FAST_FAKE_MEASURE: dict[str, str] = {

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from operator_db.config import Settings
+from operator_db.config import ENV_PREFIX, Settings
+from operator_db.config_env import NESTED_DELIMITER
 from operator_db.db.roles import DEFAULT_NAMES, KINDS
 from tests.helpers import load_lockfile
 
@@ -25,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 lockfile = load_lockfile()
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
-PREFIX = Settings.model_config.get("env_prefix", "")
-DELIMITER = Settings.model_config.get("env_nested_delimiter") or "__"
+PREFIX = ENV_PREFIX
+DELIMITER = NESTED_DELIMITER
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:
@@ -38,7 +39,7 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def setting_names(model: type[BaseModel], prefix: str) -> set[str]:
-    """Every environment variable pydantic-settings reads for ``model``'s fields.
+    """Every environment variable ``operator_db.config_env`` reads for ``model``'s fields.
 
     A nested model is read whole (as JSON) under its own name and field by field under
     ``<NAME>__<FIELD>``.
