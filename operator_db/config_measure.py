@@ -65,6 +65,12 @@ class MeasureSettings(BaseModel):
         "not yet tight) until the 95 % interval of the median is within this share of it "
         "(half-width / median), or tight_budget_s runs out (then flagged 'loose'). 0: off.",
     )
+    peak_min_time_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="Each kernel of `opdb peaks` (a matmul size, a convolution, a copy per "
+        "memory level) is timed over this long, in s, after a quarter of it warming up.",
+    )
     tight_budget_s: float = Field(
         default=60.0,
         ge=0,

@@ -3,7 +3,6 @@ bad value's one-line error (``get_settings``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,6 @@ from operator_db.cli.main import main
 from operator_db.config import Settings, get_settings
 from operator_db.config_env import environment_values
 from operator_db.errors import ConfigurationError
-
-
-@pytest.fixture(autouse=True)
-def _fresh_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """No ``.env`` of the checkout, and settings read again after each test."""
-    monkeypatch.chdir(tmp_path)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
 
 
 def test_a_field_is_read_in_any_case_and_unknown_names_are_ignored() -> None:

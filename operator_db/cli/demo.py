@@ -103,7 +103,7 @@ def demo(
         db=db,
     )
     console.rule("5. peaks of this device (float32 matmul, copy)")
-    peaks(device=device, dtypes="float32", list_table=False, db=db)
+    peaks(device=device, dtypes="float32", list_table=False, missing=True, db=db)
     console.rule("6. roofline")
     roofline(name, device_kind=None, out=out / "roofline.png", chips="", as_csv=False, db=db)
     console.rule(f"7. a small study: {', '.join(DEMO_STUDY)} whole, at batch 1, 2, 4 and training")

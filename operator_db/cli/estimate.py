@@ -290,9 +290,20 @@ def peaks(
     list_table: Annotated[
         bool, typer.Option("--list", help="Print the shipped spec-sheet table and exit.")
     ] = False,
+    missing: Annotated[
+        bool,
+        typer.Option(
+            "--missing",
+            help="Measure only where this device kind has no measured peaks of these dtypes and "
+            "its memory yet; else show the stored ones.",
+        ),
+    ] = False,
     db: DatabaseOption = None,
 ) -> None:
-    """Measure this host's attainable peaks (large matmul per dtype, large copy) and store them."""
+    """Measure this host's attainable peaks (large matmul per dtype, large copy) and store them.
+
+    Each kernel is timed for ``OPDB_MEASURE__PEAK_MIN_TIME_S`` (0.5 s).
+    """
     from operator_db.roofline.chips import load_peak_table
 
     if list_table:
@@ -324,13 +335,19 @@ def peaks(
         return
     from operator_db.config import get_settings
     from operator_db.devices.factory import open_device
-    from operator_db.measure.peaks import measure_peaks
-    from operator_db.roofline.record import record_peaks
+    from operator_db.roofline.peaks import peaks_for_kind
+    from operator_db.study.run import ensure_peaks
 
-    with open_device(device, settings=get_settings()) as dev:
-        measured = measure_peaks(dev, dtypes=[d.strip() for d in dtypes.split(",") if d.strip()])
-    with open_store(db) as store, store.transaction() as session:
-        kind_peaks = record_peaks(session, measured)
+    wanted = [d.strip() for d in dtypes.split(",") if d.strip()]
+    settings = get_settings()
+    with open_store(db) as store, open_device(device, settings=settings) as dev:
+        min_time_s = settings.measure.peak_min_time_s
+        measured = ensure_peaks(store, dev, min_time_s, wanted, again=not missing)
+        kind = dev.identity().name
+        with store.transaction(read_only=True) as session:
+            kind_peaks = peaks_for_kind(session, kind)
+    if measured is None:
+        console.print(f"{kind}: measured before; `opdb peaks` without --missing measures again")
     scaled = kind_peaks.spec_scale != 1.0
     table = Table(
         "quantity",
@@ -339,7 +356,7 @@ def peaks(
         *(["spec (whole chip)"] if scaled else []),
         "measured",
         "measured / spec",
-        title=f"{measured.kind_name}"
+        title=kind
         + (f"\nspec: {kind_peaks.spec_label}" if kind_peaks.spec_origin else "\nno spec sheet"),
     )
     for row in kind_peaks.rows():
@@ -358,6 +375,8 @@ def peaks(
             "-" if frac is None else f"{frac:.0%}",
         )
     console.print(table)
+    if measured is None:
+        return
     allotment = measured.provenance.get("cpu_allotment")
     if isinstance(allotment, dict):
         console.print(

@@ -416,6 +416,7 @@ def compose_generation(
     _energy(estimate, prefills, decode_energy, weights_of_prompt=prompt)
     if measured_between:
         _energy_between(estimate, [*prefills, *decodes], between)
+    _energy_reference(estimate)
     if bandwidth_bytes_per_s and bandwidth_bytes_per_s > 0 and new_tokens > 1:
         contexts = range(prompt, prompt + new_tokens - 1)
         bounds = [
@@ -440,8 +441,14 @@ def _energy(
     """Fill the forwards' energy where every step has one and it sums above 0 J (else a note)."""
     known = [s for s in prefills if s.energy is not None]
     if not known or len(known) != len(prefills):
+        if prefills:
+            estimate.notes.append(
+                f"no energy: {len(prefills) - len(known)} of {len(prefills)} prefill steps "
+                "have none measured"
+            )
         return
     if estimate.new_tokens > 1 and decode_energy is None:
+        estimate.notes.append("no energy: the decode steps have none measured")
         return
     weights, _ = line_weights([s.tokens for s in known], weights_of_prompt)
     prefill = _combine([s.energy for s in known if s.energy is not None], weights)
@@ -450,6 +457,19 @@ def _energy(
     value, no_energy = positive_energy(total.value, "the forwards' energy")
     estimate.energy = None if value is None else total
     estimate.notes += no_energy
+
+
+def _energy_reference(estimate: GenerationEstimate) -> None:
+    """Say why an energy estimate has no error against the measured runs, where it has none."""
+    ref = estimate.reference
+    if estimate.energy is None or ref is None:
+        return
+    if ref.energy is None:
+        estimate.notes.append("no energy error: the measured generate() runs read no energy")
+    elif ref.energy.value <= 0:
+        estimate.notes.append(
+            f"no energy error: the measured generate() runs' energy is {ref.energy.value:.4g} J"
+        )
 
 
 def _energy_between(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -125,6 +125,15 @@ class KindPeaks:
     chip_boost: float | None = None
     """Max boost / base clock of ``spec_chip`` (CPUs): applied to the FLOP/s of a roof scaled to
     fewer cores than the chip's, whose few busy cores may boost."""
+
+    def has_measured(self, dtypes: Sequence[str]) -> bool:
+        """Whether the kind has a measured matmul peak for each of ``dtypes`` and a bandwidth.
+
+        What ``opdb peaks`` stores, and a study's or the demo's roofline needs.
+        """
+        return self.measured_bytes_per_s is not None and all(
+            dtype in self.measured_flops_per_s for dtype in dtypes
+        )
 
     @property
     def spec_scale(self) -> float:

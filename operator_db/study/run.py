@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from operator_db.config import Settings
     from operator_db.db.store import Store
     from operator_db.devices.base import Device
+    from operator_db.measure.peaks import MeasuredPeaks
     from operator_db.worker.daemon import WorkerEvent, WorkerStats
 
 Mode = Literal["inference", "training"]
@@ -278,10 +279,19 @@ def measure(
     return stats
 
 
-def ensure_peaks(store: Store, device: Device, dtype: str = "float32") -> bool:
-    """Measure and store the device's peaks (``opdb peaks``) unless its kind has them for ``dtype``.
+def ensure_peaks(
+    store: Store,
+    device: Device,
+    min_time_s: float,
+    dtypes: Sequence[str] = ("float32",),
+    *,
+    again: bool = False,
+) -> MeasuredPeaks | None:
+    """Measure and store the device's peaks (``opdb peaks``) unless its kind has ``dtypes``'.
 
-    The report draws the measured roof beside the spec sheet's. Returns whether it measured.
+    The report draws the measured roof beside the spec sheet's. Each kernel is timed for
+    ``min_time_s`` (s); ``again`` measures even where the kind has them. Returns what it
+    measured, or None where the kind had them.
     """
     from operator_db.measure.peaks import measure_peaks
     from operator_db.roofline.peaks import peaks_for_kind
@@ -289,13 +299,12 @@ def ensure_peaks(store: Store, device: Device, dtype: str = "float32") -> bool:
 
     kind = device.identity().name
     with store.transaction(read_only=True) as session:
-        known = peaks_for_kind(session, kind)
-    if dtype in known.measured_flops_per_s and known.measured_bytes_per_s is not None:
-        return False
-    measured = measure_peaks(device, dtypes=[dtype])
+        if not again and peaks_for_kind(session, kind).has_measured(dtypes):
+            return None
+    measured = measure_peaks(device, dtypes=list(dtypes), min_time_s=min_time_s)
     with store.transaction() as session:
         record_peaks(session, measured)
-    return True
+    return measured
 
 
 def run_study(
@@ -319,5 +328,5 @@ def run_study(
         store, items, kind, out_dir / "specs", settings, operators=operators, on_item=on_item
     )
     stats = measure(store, device, settings, outcomes, operators=operators, on_event=on_event)
-    peaks_measured = ensure_peaks(store, device)
+    peaks_measured = ensure_peaks(store, device, settings.measure.peak_min_time_s) is not None
     return StudyResult(kind, outcomes, stats, time.perf_counter() - start, peaks_measured)

@@ -253,6 +253,7 @@ def test_sqlite_default_is_created_and_upgraded_on_first_use(
     again = run_cli(capsys, *args)
     assert again.code == 0, again.err
     assert "unchanged" in again.out and "0 runs measured, 12 stored before" in again.out
+    assert "measured before; `opdb peaks` without --missing measures again" in again.out
 
 
 def test_models_list_and_show(capsys: pytest.CaptureFixture[str], db_url: str) -> None:

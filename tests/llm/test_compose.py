@@ -131,6 +131,21 @@ def test_an_energy_that_composes_to_zero_or_less_is_none_with_a_note() -> None:
     assert any(n.startswith("no energy: the forwards' energy composed to -0.") for n in e.notes)
 
 
+def test_an_energy_without_an_error_against_the_runs_says_why() -> None:
+    """The runs' energy read 0 J or below (noise on the fake device), or none; a step has none."""
+    with_energy = [StepFigure(s.phase, s.batch, s.tokens, s.time, fig(0.1)) for s in steps()]
+    for energy, said in [
+        (fig(-0.2), "no energy error: the measured generate() runs' energy is -0.2 J"),
+        (None, "no energy error: the measured generate() runs read no energy"),
+    ]:
+        reference = Reference(fig(0.02), fig(0.001), fig(0.03), energy, runs=3)
+        e = compose_generation("m", "gpu", 1, 100, 11, with_energy, reference=reference)
+        assert e.energy is not None and "energy" not in e.errors() and said in e.notes
+    some = [with_energy[0], *steps()[1:]]
+    e = compose_generation("m", "gpu", 1, 100, 11, some)
+    assert e.energy is None and "no energy: 1 of 2 prefill steps have none measured" in e.notes
+
+
 def test_energy_adds_idle_power_between_forwards_and_meets_the_runs() -> None:
     with_energy = [
         StepFigure(s.phase, s.batch, s.tokens, s.time, fig(s.time.value * 100), idle_power_w=50.0)

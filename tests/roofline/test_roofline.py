@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from operator_db.config import FAST_FAKE_MEASURE
 from operator_db.db.models import OperatorConfig
 from operator_db.db.store import Store
 from operator_db.estimate.compose import estimate_model
@@ -17,6 +18,7 @@ from operator_db.estimate.significant import significance_priorities, significan
 from operator_db.roofline.bounds import Peaks
 from operator_db.roofline.chips import find_chip
 from operator_db.roofline.model import plot_roofline, roofline_table
+from operator_db.roofline.peaks import peaks_for_kind
 from operator_db.roofline.record import store_spec_peaks
 from tests.estimate.test_compose import KIND, setup
 from tests.helpers import run_cli
@@ -124,3 +126,27 @@ def test_peaks_list(capsys: pytest.CaptureFixture[str]) -> None:
     listed = run_cli(capsys, "peaks", "--list")
     assert listed.code == 0
     assert "NVIDIA H100 SXM5 80GB" in listed.out and "Apple M2 Max" in listed.out
+
+
+def test_peaks_measures_and_with_missing_shows_what_is_stored(
+    db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``opdb peaks --missing`` (the demo's step): a second demo does not measure them again."""
+    for name, value in FAST_FAKE_MEASURE.items():
+        monkeypatch.setenv(name, value)
+    args = ("peaks", "--device", "fake", "--dtypes", "float32", "--db", db_url)
+    first = run_cli(capsys, *args, "--missing")
+    assert first.code == 0, first.err
+    assert "measured before" not in first.out and "float32" in first.out
+    with Store.open(db_url) as store, store.transaction(read_only=True) as session:
+        measured = peaks_for_kind(session, "fake:FakeGPU")
+    assert measured.has_measured(["float32"]) and not measured.has_measured(["bfloat16"])
+    again = run_cli(capsys, *args, "--missing")
+    assert again.code == 0, again.err
+    told = "fake:FakeGPU: measured before; `opdb peaks` without --missing measures again"
+    assert told in again.out
+    with Store.open(db_url) as store, store.transaction(read_only=True) as session:
+        kept = peaks_for_kind(session, "fake:FakeGPU")
+    assert kept.measured_references == measured.measured_references
+    anew = run_cli(capsys, *args)
+    assert anew.code == 0 and "measured before" not in anew.out
