@@ -183,6 +183,7 @@ TORCH_FREE_MODULES = (
     "operator_db/study/analysis",
     "operator_db/study/sets.py",
     "operator_db/llm/compose.py",
+    "operator_db/llm/memory.py",
     "operator_db/llm/estimate.py",
     "operator_db/llm/timings.py",
     "operator_db/llm/compare.py",

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from operator_db.estimate.energy import positive_energy
+from operator_db.llm.memory import Fit, fit_in_memory
 from operator_db.stats import LEVEL, Interval, error_interval, exact, noise_verdict, sum_interval
 
 How = Literal["measured", "interpolated", "extrapolated", "flat"]
@@ -100,19 +101,6 @@ class Point:
     context: int
     time: Interval
     how: How
-
-
-@dataclass(frozen=True)
-class Fit:
-    """What fits in a kind's memory beside the weights."""
-
-    memory_bytes: int
-    tokens: int
-    """Cached tokens that fit (all sequences together)."""
-    max_context: int
-    """The longest context of each of ``batch`` sequences that fits (capped by the model's)."""
-    max_batch: int
-    """The most sequences of prompt + new tokens that fit."""
 
 
 @dataclass
@@ -498,22 +486,3 @@ def _energy_between(
         f"energy: the forwards' plus {added.value:.4g} J between them (idle power "
         f"{idle_w:.4g} W × generate()'s {time.value * 1e3:.4g} ms around the forwards)"
     )
-
-
-def fit_in_memory(
-    memory_bytes: int,
-    weight_bytes: int,
-    kv_bytes_per_token: int,
-    batch: int,
-    sequence: int,
-    max_context: int | None,
-) -> Fit:
-    """Return what fits in ``memory_bytes`` beside the weights: cached tokens, context, batch.
-
-    Activations and the runtime's own memory are left out: the figures are upper bounds.
-    """
-    tokens = max(memory_bytes - weight_bytes, 0) // kv_bytes_per_token
-    context = tokens // batch
-    if max_context is not None:
-        context = min(context, max_context)
-    return Fit(memory_bytes, tokens, context, tokens // max(sequence, 1))

@@ -11,10 +11,10 @@ from operator_db.llm.compose import (
     Reference,
     StepFigure,
     compose_generation,
-    fit_in_memory,
     line_weights,
     weighted,
 )
+from operator_db.llm.memory import fit_in_memory
 from operator_db.stats import Interval, exact
 
 
