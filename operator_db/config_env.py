@@ -68,7 +68,9 @@ def _decode(name: str, raw: str, annotation: Any) -> Any:
         return json.loads(raw)
     except ValueError:
         if all(_is_complex(m) for m in members):
-            raise ValueError(f'{name} must be JSON, e.g. ["a", "b"]') from None
+            keyed = any(_nested_model(m) or (get_origin(m) or m) is dict for m in members)
+            example = '{"name": value}' if keyed else '["a", "b"]'
+            raise ValueError(f"{name} must be JSON, e.g. {example}") from None
         return raw
 
 

@@ -83,6 +83,7 @@ def test_settings_validate_what_the_environment_gives(monkeypatch: pytest.Monkey
             "an integer (given 'x')",
         ),
         ("OPDB_API_WRITE_TOKENS", "s3cret", 'OPDB_API_WRITE_TOKENS must be JSON, e.g. ["a", "b"]'),
+        ("OPDB_MEASURE", "trials=2", 'OPDB_MEASURE must be JSON, e.g. {"name": value}'),
         ("OPDB_DATABASE_PASSWORD_FILE", "/nonexistent/pw", None),
     ],
 )

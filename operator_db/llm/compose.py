@@ -429,7 +429,9 @@ def _energy(
     """Fill the forwards' energy where every step has one and it sums above 0 J (else a note)."""
     known = [s for s in prefills if s.energy is not None]
     if not known or len(known) != len(prefills):
-        if prefills:
+        if not known:
+            estimate.notes.append("no energy: the steps have none measured")
+        elif prefills:
             estimate.notes.append(
                 f"no energy: {len(prefills) - len(known)} of {len(prefills)} prefill steps "
                 "have none measured"

@@ -144,6 +144,8 @@ def test_an_energy_without_an_error_against_the_runs_says_why() -> None:
     some = [with_energy[0], *steps()[1:]]
     e = compose_generation("m", "gpu", 1, 100, 11, some)
     assert e.energy is None and "no energy: 1 of 2 prefill steps have none measured" in e.notes
+    none = compose_generation("m", "gpu", 1, 100, 11, steps())  # time only, as imported profiles
+    assert none.energy is None and "no energy: the steps have none measured" in none.notes
 
 
 def test_energy_adds_idle_power_between_forwards_and_meets_the_runs() -> None:
