@@ -94,6 +94,24 @@ def _dotenv(path: Path) -> dict[str, str]:
     return {key: value for key, value in dotenv_values(path).items() if value is not None}
 
 
+def variable_names(
+    model: type[BaseModel], prefix: str, delimiter: str = NESTED_DELIMITER
+) -> set[str]:
+    """Return every variable :func:`environment_values` reads for ``model``'s fields, upper case.
+
+    Each field under its own name (a nested model's as JSON), and a nested model's fields under
+    ``<NAME><delimiter><FIELD>``.
+    """
+    names: set[str] = set()
+    for name, field in model.model_fields.items():
+        variable = f"{prefix}{name}".upper()
+        names.add(variable)
+        nested = _nested_model(field.annotation)
+        if nested is not None:
+            names |= variable_names(nested, f"{variable}{delimiter}", delimiter)
+    return names
+
+
 def environment_values(
     model: type[BaseModel],
     *,

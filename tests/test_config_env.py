@@ -10,7 +10,7 @@ from pydantic import SecretStr, ValidationError
 
 from operator_db.cli.main import main
 from operator_db.config import Settings, get_settings
-from operator_db.config_env import environment_values
+from operator_db.config_env import environment_values, variable_names
 from operator_db.errors import ConfigurationError
 
 
@@ -107,3 +107,14 @@ def test_a_bad_value_is_one_line_naming_its_variable(
         assert message.startswith("OPDB_DATABASE_PASSWORD_FILE: cannot read /nonexistent/pw")
     assert main(["models", "list"]) == 1
     assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+def test_every_name_the_reader_lists_is_read() -> None:
+    """``variable_names`` (what compose files are checked against) and the reader agree."""
+    names = variable_names(Settings, "OPDB_")
+    assert {"OPDB_DEVICE", "OPDB_MEASURE", "OPDB_MEASURE__TRIALS"} <= names
+    nested = {n for n in names if n.startswith("OPDB_MEASURE__")}
+    found = environment_values(
+        Settings, prefix="OPDB_", env_file=None, environ=dict.fromkeys(nested, "1")
+    )
+    assert set(found["measure"]) == {n.removeprefix("OPDB_MEASURE__").lower() for n in nested}

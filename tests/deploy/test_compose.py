@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import re
 import shlex
-import typing
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from operator_db.config import ENV_PREFIX, Settings
-from operator_db.config_env import NESTED_DELIMITER
+from operator_db.config_env import variable_names
 from operator_db.db.roles import DEFAULT_NAMES, KINDS
 from tests.helpers import load_lockfile
 
@@ -27,34 +25,9 @@ lockfile = load_lockfile()
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 PREFIX = ENV_PREFIX
-DELIMITER = NESTED_DELIMITER
 
 
-def _nested_model(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model a field holds (``M``, ``M | None``), or None for a plain value."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    models = [a for a in typing.get_args(annotation) if _nested_model(a) is not None]
-    return _nested_model(models[0]) if len(models) == 1 else None
-
-
-def setting_names(model: type[BaseModel], prefix: str) -> set[str]:
-    """Every environment variable ``operator_db.config_env`` reads for ``model``'s fields.
-
-    A nested model is read whole (as JSON) under its own name and field by field under
-    ``<NAME>__<FIELD>``.
-    """
-    names: set[str] = set()
-    for name, field in model.model_fields.items():
-        env = f"{prefix}{name}".upper()
-        names.add(env)
-        nested = _nested_model(field.annotation)
-        if nested is not None:
-            names |= setting_names(nested, f"{env}{DELIMITER}")
-    return names
-
-
-VALID = setting_names(Settings, PREFIX)
+VALID = variable_names(Settings, PREFIX)
 REQUIRED = {f"{PREFIX}{n}".upper() for n, f in Settings.model_fields.items() if f.is_required()}
 _VARIABLE = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
 
